@@ -1,0 +1,50 @@
+// @ts-check
+import eslint from '@eslint/js';
+import prettier from 'eslint-config-prettier';
+import tseslint from 'typescript-eslint';
+
+export default tseslint.config(
+  {
+    ignores: [
+      'dist/**',
+      'coverage/**',
+      'node_modules/**',
+      'charts/**',
+      'eslint.config.js',
+      'test/summary-reporter.cjs',
+    ],
+  },
+  eslint.configs.recommended,
+  tseslint.configs.strictTypeChecked,
+  tseslint.configs.stylisticTypeChecked,
+  {
+    languageOptions: {
+      parserOptions: { projectService: true, tsconfigRootDir: import.meta.dirname },
+    },
+    rules: {
+      '@typescript-eslint/no-floating-promises': 'error',
+      '@typescript-eslint/no-misused-promises': 'error',
+      '@typescript-eslint/switch-exhaustiveness-check': 'error',
+      '@typescript-eslint/restrict-template-expressions': [
+        'error',
+        { allowNumber: true, allowBoolean: true },
+      ],
+      '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_' }],
+      '@typescript-eslint/consistent-type-imports': 'error',
+      'no-console': 'error',
+      // The conventions prefer an explicit check or cast over a non-null assertion.
+      '@typescript-eslint/non-nullable-type-assertion-style': 'off',
+    },
+  },
+  {
+    files: ['test/**/*.ts', 'hack/**/*.ts'],
+    rules: {
+      // chai's expect(...).to.be.true style is a property access expression.
+      '@typescript-eslint/no-unused-expressions': 'off',
+      // Fakes return the caller's expected type (peek<T>()), a deliberate test convenience.
+      '@typescript-eslint/no-unnecessary-type-parameters': 'off',
+      'no-console': 'off',
+    },
+  },
+  prettier,
+);

@@ -1,0 +1,285 @@
+#!/usr/bin/env bash
+# Builds the real Kubernetes components that tests and dev mode run (etcd, kube-apiserver,
+# kube-scheduler, kube-controller-manager, kubectl, kwok, helm, cluster-autoscaler) from the Go
+# module proxy into a cache directory outside the repository. Idempotent: a component whose
+# binaries already exist for the pinned version is skipped.
+#
+# Usage: hack/tools.sh [all|test|etcd|kube|kwok|helm|cluster-autoscaler ...]
+#        hack/tools.sh --print-dir     print the cache directory and exit
+# Env:   MCM_TOOLS_DIR  cache directory (default: ${XDG_CACHE_HOME:-~/.cache}/mcm-ts/tools)
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=versions.env
+source "$ROOT/hack/versions.env"
+
+TOOLS_DIR="${MCM_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/mcm-ts/tools}"
+if [[ "${1:-}" == "--print-dir" ]]; then
+  echo "$TOOLS_DIR"
+  exit 0
+fi
+
+mkdir -p "$TOOLS_DIR/logs" "$TOOLS_DIR/src"
+
+export GOTOOLCHAIN=local # fail fast instead of downloading another toolchain
+export CGO_ENABLED=0
+export GOWORK=off
+export GOFLAGS="-trimpath -buildvcs=false"
+# The checksum database reachable through this environment's module proxy does not know every
+# version we need (404 on lookup). Only these module paths skip the checksum database; all other
+# modules are verified as usual.
+export GONOSUMDB="k8s.io/externaljwt,k8s.io/autoscaler"
+
+START_ALL=$(date +%s)
+declare -a SUMMARY=()
+FAILED=0
+
+log() { printf '[tools %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+
+fmt_duration() {
+  local s=$1
+  if ((s >= 60)); then printf '%dm%02ds' $((s / 60)) $((s % 60)); else printf '%ds' "$s"; fi
+}
+
+require_go() {
+  if ! command -v go >/dev/null 2>&1; then
+    echo "go is not installed; the test binaries are built from the Go module proxy (Go >= 1.26 needed)" >&2
+    exit 1
+  fi
+  local v
+  v=$(go env GOVERSION | sed 's/^go//')
+  local major=${v%%.*} rest=${v#*.}
+  local minor=${rest%%.*}
+  if ((major < 1 || (major == 1 && minor < 26))); then
+    echo "Go $v is too old: kwok $KWOK_VERSION, helm $HELM_VERSION and etcd $ETCD_VERSION need Go >= 1.26" >&2
+    exit 1
+  fi
+}
+
+# run_logged <name> <logfile> <cmd...>: runs a command with its output in a log file and prints a
+# progress line every 30 seconds (elapsed time and packages compiled so far, from `go build -v`).
+run_logged() {
+  local name=$1 logfile=$2
+  shift 2
+  local started
+  started=$(date +%s)
+  "$@" >>"$logfile" 2>&1 &
+  local pid=$!
+  while kill -0 "$pid" 2>/dev/null; do
+    for _ in $(seq 1 30); do
+      sleep 1
+      kill -0 "$pid" 2>/dev/null || break
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+      local pkgs
+      pkgs=$(grep -c -v -E '^(go: |#|\s)' "$logfile" || true)
+      log "  $name: still working, $(fmt_duration $(($(date +%s) - started))) elapsed, $pkgs packages built so far"
+    fi
+  done
+  wait "$pid"
+}
+
+# build_component <name> <version> <check-binaries...> -- <function>
+build_component() {
+  local name=$1 version=$2
+  shift 2
+  local bins=()
+  while [[ $1 != "--" ]]; do
+    bins+=("$1")
+    shift
+  done
+  shift
+  local fn=$1
+  local dest="$TOOLS_DIR/$name-$version"
+  local complete=1
+  for b in "${bins[@]}"; do [[ -x "$dest/bin/$b" ]] || complete=0; done
+  if ((complete)); then
+    local took="?"
+    [[ -f "$dest/BUILD_SECONDS" ]] && took=$(fmt_duration "$(cat "$dest/BUILD_SECONDS")")
+    log "$name $version: cached in $dest (first build took $took)"
+    SUMMARY+=("$(printf '%-20s %-38s %-8s %-10s %s' "$name" "$version" cached "$took" "$dest/bin")")
+    return 0
+  fi
+  log "$name $version: building (log: $TOOLS_DIR/logs/$name-$version.log)"
+  local started tmp logfile
+  started=$(date +%s)
+  tmp="$TOOLS_DIR/.tmp-$name-$version"
+  logfile="$TOOLS_DIR/logs/$name-$version.log"
+  rm -rf "$tmp"
+  mkdir -p "$tmp/bin"
+  : >"$logfile"
+  # errexit must stay active inside the build function, so it is not run as an `if` condition.
+  local rc
+  set +e
+  (
+    set -e
+    cd "$TOOLS_DIR/src"
+    "$fn" "$tmp" "$logfile"
+  )
+  rc=$?
+  set -e
+  if ((rc == 0)); then
+    local took=$(($(date +%s) - started))
+    echo "$took" >"$tmp/BUILD_SECONDS"
+    rm -rf "$dest"
+    mv "$tmp" "$dest"
+    log "$name $version: built in $(fmt_duration "$took")"
+    SUMMARY+=("$(printf '%-20s %-38s %-8s %-10s %s' "$name" "$version" built "$(fmt_duration "$took")" "$dest/bin")")
+  else
+    local took=$(($(date +%s) - started))
+    FAILED=1
+    log "$name $version: FAILED after $(fmt_duration "$took"); last lines of $logfile:"
+    tail -n 25 "$logfile" | sed 's/^/    /'
+    SUMMARY+=("$(printf '%-20s %-38s %-8s %-10s %s' "$name" "$version" FAILED "$(fmt_duration "$took")" "$logfile")")
+    rm -rf "$tmp"
+  fi
+}
+
+# Path of a module's go.mod as published (downloaded into the module cache).
+module_gomod() {
+  (cd "$TOOLS_DIR/src" && go mod download -json "$1" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+}
+
+fresh_module_dir() {
+  local dir=$1 modname=$2
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  (cd "$dir" && go mod init "$modname" >/dev/null 2>&1)
+}
+
+# --- etcd -------------------------------------------------------------------------------------
+# `go install go.etcd.io/etcd/server/v3@...` is refused because server/go.mod has local replace
+# directives; as a dependency of a wrapper module those replaces are ignored and every etcd module
+# resolves to its published tag.
+build_etcd() {
+  local out=$1 logfile=$2 dir="$TOOLS_DIR/src/etcd-$ETCD_VERSION"
+  fresh_module_dir "$dir" local.test/etcdbin
+  cd "$dir"
+  run_logged etcd "$logfile" go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION"
+  run_logged etcd "$logfile" go build -v -ldflags "-s -w" -o "$out/bin/etcd" go.etcd.io/etcd/server/v3
+}
+
+# --- kube-apiserver, kube-scheduler, kube-controller-manager, kubectl ------------------------
+# k8s.io/kubernetes requires its staging modules at v0.0.0 and replaces them with local paths; a
+# wrapper module replaces each with the published staging tag v0.<minor>.<patch>. The list of
+# staging modules is read from the upstream go.mod itself, so it follows the version.
+build_kube() {
+  local out=$1 logfile=$2 dir="$TOOLS_DIR/src/kube-$KUBERNETES_VERSION"
+  local staging="v0.${KUBERNETES_VERSION#v1.}"
+  local minor
+  minor=$(echo "$KUBERNETES_VERSION" | cut -d. -f2)
+  fresh_module_dir "$dir" local.test/k8sbins
+  local gomod
+  gomod=$(module_gomod "k8s.io/kubernetes@$KUBERNETES_VERSION")
+  [[ -n "$gomod" ]] || { echo "cannot resolve k8s.io/kubernetes@$KUBERNETES_VERSION" >>"$logfile"; return 1; }
+  cd "$dir"
+  local gover
+  gover=$(sed -n 's/^go \([0-9.]*\).*/\1/p' "$gomod")
+  go mod edit -go="$gover" -godebug="default=go${gover%.*}" -require="k8s.io/kubernetes@$KUBERNETES_VERSION"
+  local n=0
+  for m in $(sed -n 's#^[[:space:]]*\(k8s.io/[A-Za-z0-9_.-]*\) => ./staging/.*#\1#p' "$gomod"); do
+    go mod edit -replace="$m=$m@$staging"
+    n=$((n + 1))
+  done
+  echo "replaced $n staging modules with $staging" >>"$logfile"
+  go mod edit -tool=k8s.io/kubernetes/cmd/kube-apiserver -tool=k8s.io/kubernetes/cmd/kube-scheduler \
+    -tool=k8s.io/kubernetes/cmd/kube-controller-manager -tool=k8s.io/kubernetes/cmd/kubectl
+  run_logged kube "$logfile" go mod tidy
+  local date ldf=""
+  date=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldf+=" -X $pkg.gitVersion=$KUBERNETES_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+    ldf+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=$date"
+  done
+  run_logged kube "$logfile" go build -v -ldflags "-s -w$ldf" -o "$out/bin/" \
+    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-scheduler \
+    k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl
+}
+
+# --- kwok ----------------------------------------------------------------------------------------
+# kwok >= 0.8 ships no built-in stages; the stage manifests come from the module itself and are
+# copied next to the binary (read at run time by the test harness).
+build_kwok() {
+  local out=$1 logfile=$2
+  GOBIN="$out/bin" run_logged kwok "$logfile" go install -v "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+  local moddir
+  moddir="$(go env GOMODCACHE)/sigs.k8s.io/kwok@$KWOK_VERSION"
+  mkdir -p "$out/stages"
+  cp "$moddir/kustomize/stage/node/fast/node-initialize.yaml" \
+    "$moddir/kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml" \
+    "$moddir/kustomize/stage/pod/fast/pod-ready.yaml" \
+    "$moddir/kustomize/stage/pod/fast/pod-complete.yaml" \
+    "$moddir/kustomize/stage/pod/fast/pod-delete.yaml" "$out/stages/"
+  chmod -R u+w "$out/stages"
+}
+
+# --- helm ----------------------------------------------------------------------------------------
+build_helm() {
+  local out=$1 logfile=$2
+  local kminor
+  kminor=$(echo "$KUBERNETES_VERSION" | cut -d. -f2)
+  local ldf="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+  ldf+=" -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$kminor"
+  ldf+=" -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$kminor"
+  GOBIN="$out/bin" run_logged helm "$logfile" go install -v -ldflags "$ldf" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+}
+
+# --- cluster-autoscaler (externalgrpc only) -----------------------------------------------------
+# The module has a local replace for its nested apis module, so it is built through a wrapper that
+# copies the module's own replace block and points apis at a published pseudo-version. `go mod
+# tidy` is avoided on purpose: it would resolve every cloud provider SDK for all build tags.
+build_cluster_autoscaler() {
+  local out=$1 logfile=$2 dir="$TOOLS_DIR/src/cluster-autoscaler-$CLUSTER_AUTOSCALER_VERSION"
+  local mod=k8s.io/autoscaler/cluster-autoscaler
+  fresh_module_dir "$dir" local.test/cabin
+  local gomod
+  gomod=$(module_gomod "$mod@$CLUSTER_AUTOSCALER_MODULE_VERSION")
+  [[ -n "$gomod" ]] || { echo "cannot resolve $mod@$CLUSTER_AUTOSCALER_MODULE_VERSION" >>"$logfile"; return 1; }
+  cd "$dir"
+  local gover
+  gover=$(sed -n 's/^go \([0-9.]*\).*/\1/p' "$gomod")
+  go mod edit -go="$gover" -require="$mod@$CLUSTER_AUTOSCALER_MODULE_VERSION"
+  # Copy every replace that points at a published version (skip local paths such as ./apis).
+  sed -n 's/^replace \([^ ]*\) => \([^ .][^ ]*\) \(v[^ ]*\)$/\1 \2 \3/p' "$gomod" | while read -r from to ver; do
+    go mod edit -replace="$from=$to@$ver"
+  done
+  go mod edit -replace="$mod/apis=$mod/apis@$CLUSTER_AUTOSCALER_APIS_VERSION"
+  GOFLAGS="$GOFLAGS -mod=mod" run_logged cluster-autoscaler "$logfile" go build -v -tags externalgrpc \
+    -ldflags "-s -w -X $mod/version.ClusterAutoscalerVersion=$CLUSTER_AUTOSCALER_VERSION" \
+    -o "$out/bin/cluster-autoscaler" "$mod"
+}
+
+# --- main ------------------------------------------------------------------------------------------
+components=()
+for arg in "${@:-all}"; do
+  case "$arg" in
+    all) components+=(etcd kube kwok helm cluster-autoscaler) ;;
+    test) components+=(etcd kube kwok) ;;
+    etcd | kube | kwok | helm | cluster-autoscaler) components+=("$arg") ;;
+    *)
+      echo "unknown component '$arg' (expected all, test, etcd, kube, kwok, helm, cluster-autoscaler)" >&2
+      exit 2
+      ;;
+  esac
+done
+
+require_go
+log "building into $TOOLS_DIR with $(go env GOVERSION) (GOMODCACHE=$(go env GOMODCACHE))"
+declare -A seen=()
+for c in "${components[@]}"; do
+  [[ -n "${seen[$c]:-}" ]] && continue
+  seen[$c]=1
+  case "$c" in
+    etcd) build_component etcd "$ETCD_VERSION" etcd -- build_etcd ;;
+    kube) build_component kube "$KUBERNETES_VERSION" kube-apiserver kube-scheduler kube-controller-manager kubectl -- build_kube ;;
+    kwok) build_component kwok "$KWOK_VERSION" kwok -- build_kwok ;;
+    helm) build_component helm "$HELM_VERSION" helm -- build_helm ;;
+    cluster-autoscaler) build_component cluster-autoscaler "$CLUSTER_AUTOSCALER_VERSION" cluster-autoscaler -- build_cluster_autoscaler ;;
+  esac
+done
+
+echo
+echo "Tools summary ($(fmt_duration $(($(date +%s) - START_ALL))) this run)"
+printf '%-20s %-38s %-8s %-10s %s\n' component version status build-time location
+for line in "${SUMMARY[@]}"; do echo "$line"; done
+exit "$FAILED"

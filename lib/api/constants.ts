@@ -1,0 +1,406 @@
+// Well-known strings of the machine.sapcloud.io API. Every value is a wire fact shared with
+// gardener machine-controller-manager, gardener and cluster-autoscaler: changing one breaks
+// interoperability, so they live in one place and are never spelled inline elsewhere.
+
+type ValueOf<T> = T[keyof T];
+
+// ---------------------------------------------------------------------------------------------
+// Machine lifecycle
+// ---------------------------------------------------------------------------------------------
+
+export const MachinePhase = {
+  /** Not yet created at the provider. */
+  Creating: '',
+  Pending: 'Pending',
+  Available: 'Available',
+  Running: 'Running',
+  Unknown: 'Unknown',
+  Failed: 'Failed',
+  CrashLoopBackOff: 'CrashLoopBackOff',
+  Terminating: 'Terminating',
+  InPlaceUpdating: 'InPlaceUpdating',
+  InPlaceUpdateSuccessful: 'InPlaceUpdateSuccessful',
+  InPlaceUpdateFailed: 'InPlaceUpdateFailed',
+} as const;
+export type MachinePhase = ValueOf<typeof MachinePhase>;
+
+/** `status.lastOperation.state` */
+export const MachineState = {
+  Processing: 'Processing',
+  Failed: 'Failed',
+  Successful: 'Successful',
+} as const;
+export type MachineState = ValueOf<typeof MachineState>;
+
+/** `status.lastOperation.type` */
+export const MachineOperationType = {
+  Create: 'Create',
+  Update: 'Update',
+  InPlaceUpdate: 'InPlaceUpdate',
+  DrainNode: 'DrainNode',
+  HealthCheck: 'HealthCheck',
+  Delete: 'Delete',
+} as const;
+export type MachineOperationType = ValueOf<typeof MachineOperationType>;
+
+export const ConditionStatus = {
+  True: 'True',
+  False: 'False',
+  Unknown: 'Unknown',
+} as const;
+export type ConditionStatus = ValueOf<typeof ConditionStatus>;
+
+/**
+ * Markers MCM embeds in `lastOperation.description` while a machine moves through deletion and
+ * initialization. Other tools (and old MCM versions picking up our objects) search for them.
+ */
+export const OperationDescriptionMarker = {
+  GetVMStatus: 'Set machine status to termination. Now, getting VM Status',
+  InstanceInitialization: 'Initialize VM Instance',
+  InitiateDrain: 'Initiate node drain',
+  NodeReadyForUpdate: 'Node drain successful. Node is ready for update',
+  DeleteVolumeAttachments: 'Delete Volume Attachments',
+  InitiateVMDeletion: 'Initiate VM deletion',
+  InitiateNodeDeletion: 'Initiate node object deletion',
+  InitiateFinalizerRemoval: 'Initiate machine object finalizer removal',
+} as const;
+export type OperationDescriptionMarker = ValueOf<typeof OperationDescriptionMarker>;
+
+// ---------------------------------------------------------------------------------------------
+// Machine error codes (gRPC-like, plus MCM's Uninitialized)
+// ---------------------------------------------------------------------------------------------
+
+export const MachineErrorCode = {
+  OK: 0,
+  Canceled: 1,
+  Unknown: 2,
+  InvalidArgument: 3,
+  DeadlineExceeded: 4,
+  NotFound: 5,
+  AlreadyExists: 6,
+  PermissionDenied: 7,
+  ResourceExhausted: 8,
+  FailedPrecondition: 9,
+  Aborted: 10,
+  OutOfRange: 11,
+  Unimplemented: 12,
+  Internal: 13,
+  Unavailable: 14,
+  DataLoss: 15,
+  Unauthenticated: 16,
+  Uninitialized: 17,
+} as const;
+export type MachineErrorCode = ValueOf<typeof MachineErrorCode>;
+export type MachineErrorCodeName = keyof typeof MachineErrorCode;
+
+/** Names indexed by numeric code; the name is what `lastOperation.errorCode` stores. */
+export const MACHINE_ERROR_CODE_NAMES: readonly MachineErrorCodeName[] = [
+  'OK',
+  'Canceled',
+  'Unknown',
+  'InvalidArgument',
+  'DeadlineExceeded',
+  'NotFound',
+  'AlreadyExists',
+  'PermissionDenied',
+  'ResourceExhausted',
+  'FailedPrecondition',
+  'Aborted',
+  'OutOfRange',
+  'Unimplemented',
+  'Internal',
+  'Unavailable',
+  'DataLoss',
+  'Unauthenticated',
+  'Uninitialized',
+];
+
+/**
+ * Shape of a machine-codes error string; `<CodeName>` and `<msg>` are placeholders. Providers and
+ * MCM parse this exact text, so it is a contract (encoder/decoder live in lib/driver).
+ */
+export const MACHINE_CODES_ERROR_FORMAT = 'machine codes error: code = [<CodeName>] message = [<msg>]';
+export const MACHINE_CODES_ERROR_PREFIX = 'machine codes error: ';
+
+// ---------------------------------------------------------------------------------------------
+// Labels
+// ---------------------------------------------------------------------------------------------
+
+export const Label = {
+  /** On a Machine: name of its Node. */
+  Node: 'node',
+  /** On a Machine: name of its MachineDeployment (metrics and rate-limit grouping). */
+  Name: 'name',
+  /** On MachineSets and Machines: hash of the MachineDeployment template they came from. */
+  MachineTemplateHash: 'machine-template-hash',
+  /** On MachineSets/MachineDeployments, value `True`: frozen by the safety controller. */
+  Freeze: 'freeze',
+  /** On a Machine, boolean: delete without waiting for a graceful drain. */
+  ForceDeletion: 'force-deletion',
+  /** On a Machine, value `True`: drain forcefully (in-place update and preservation drains). */
+  ForceDrain: 'force-drain',
+  /** On a MachineSet: an old set that must not create machines during an in-place update. */
+  ScaleUpDisabled: 'node.machine.sapcloud.io/scale-up-disabled',
+  /** On a Node: name of its Machine. */
+  NodeMachineName: 'node.gardener.cloud/machine-name',
+  /** In-place update protocol labels on Nodes (update-result also on Machines). */
+  CandidateForUpdate: 'node.machine.sapcloud.io/candidate-for-update',
+  SelectedForUpdate: 'node.machine.sapcloud.io/selected-for-update',
+  UpdateResult: 'node.machine.sapcloud.io/update-result',
+} as const;
+export type Label = ValueOf<typeof Label>;
+
+export const LabelValue = {
+  /** Value of the `freeze` and `force-drain` labels. */
+  True: 'True',
+  UpdateSuccessful: 'successful',
+  UpdateFailed: 'failed',
+} as const;
+export type LabelValue = ValueOf<typeof LabelValue>;
+
+// ---------------------------------------------------------------------------------------------
+// Annotations
+// ---------------------------------------------------------------------------------------------
+
+export const Annotation = {
+  /** On a Machine: deletion priority, lower is deleted first (default 3). */
+  MachinePriority: 'machinepriority.machine.sapcloud.io',
+  /** On a Machine: when the autoscaler asked for its deletion (RFC 3339). */
+  MarkedForDeletionTime: 'machine.sapcloud.io/marked-for-deletion-time',
+  /** On a MachineDeployment (copied to its MachineSets): last replica change by the autoscaler. */
+  LastDeploymentReplicaChangeByScalerTime:
+    'machine.sapcloud.io/last-deployment-replica-change-by-scaler-time',
+  /** On a MachineDeployment: machines the autoscaler wants removed, `name~RFC3339,...`. */
+  TriggerDeletionByMCM: 'node.machine.sapcloud.io/trigger-deletion-by-mcm',
+  /** On MachineDeployment → MachineSet → Machine: overrides the creation timeout. */
+  EffectiveCreationTimeout: 'node.machine.sapcloud.io/effective-creation-timeout',
+  /** On a Machine: how long the node took to join. */
+  MachineJoinDuration: 'node.machine.sapcloud.io/machine-join-duration',
+  /** On a Machine or Node: preservation request (see PreserveValue). */
+  Preserve: 'node.machine.sapcloud.io/preserve',
+  /** On a Machine: the Node preserve value last applied. */
+  LastAppliedNodePreserveValue: 'node.machine.sapcloud.io/last-applied-node-preserve-value',
+  /** On a Node: labels/annotations/taints last copied from the node template. */
+  LastAppliedAnnotationsLabelsTaints: 'node.machine.sapcloud.io/last-applied-anno-labels-taints',
+  /** On a Node: virtual capacity last copied from the class. */
+  LastAppliedVirtualCapacity: 'node.machine.sapcloud.io/last-applied-virtual-capacity',
+  /** On a Node: it has no Machine and the machine controller leaves it alone. */
+  NotManagedByMCM: 'node.machine.sapcloud.io/not-managed-by-mcm',
+  /** On a Node: why an in-place update failed. */
+  UpdateFailedReason: 'node.machine.sapcloud.io/update-failed-reason',
+  /** On a MachineSet: its nodes were tainted prefer-no-schedule during a rollout. */
+  PreferNoSchedule: 'deployment.machine.sapcloud.io/prefer-no-schedule',
+  /** On a MachineDeployment or MachineSet: manual unfreeze request. */
+  SafetyUnfreeze: 'safety.machine.sapcloud.io/unfreeze',
+  /** On a Node: cluster-autoscaler must not scale it down. */
+  ClusterAutoscalerScaleDownDisabled: 'cluster-autoscaler.kubernetes.io/scale-down-disabled',
+  /** On a Node: marks that the annotation above was set by MCM (so MCM may remove it). */
+  ClusterAutoscalerScaleDownDisabledByMCM: 'cluster-autoscaler.kubernetes.io/scale-down-disabled-by-mcm',
+  /** Rollout bookkeeping shared with apps/v1 Deployments. */
+  Revision: 'deployment.kubernetes.io/revision',
+  RevisionHistory: 'deployment.kubernetes.io/revision-history',
+  DesiredReplicas: 'deployment.kubernetes.io/desired-replicas',
+  MaxReplicas: 'deployment.kubernetes.io/max-replicas',
+  /** Written by `kubectl apply`; never copied from a MachineDeployment to its MachineSets. */
+  KubectlLastAppliedConfiguration: 'kubectl.kubernetes.io/last-applied-configuration',
+} as const;
+export type Annotation = ValueOf<typeof Annotation>;
+
+/** Value of the cluster-autoscaler scale-down-disabled annotations. */
+export const CLUSTER_AUTOSCALER_SCALE_DOWN_DISABLED_VALUE = 'true';
+
+export const PreserveValue = {
+  Now: 'now',
+  WhenFailed: 'when-failed',
+  AutoPreserved: 'auto-preserved',
+  False: 'false',
+} as const;
+export type PreserveValue = ValueOf<typeof PreserveValue>;
+
+/** Priority assumed for a machine without (or with an unparsable) priority annotation. */
+export const DEFAULT_MACHINE_PRIORITY = 3;
+
+/** Priority the autoscaler and MachineDeployment controller give to machines to remove first. */
+export const DELETE_FIRST_MACHINE_PRIORITY = 1;
+
+/** Separator between machine name and timestamp in the trigger-deletion-by-mcm annotation. */
+export const TRIGGER_DELETION_ENTRY_SEPARATOR = '~';
+
+// ---------------------------------------------------------------------------------------------
+// Finalizers
+// ---------------------------------------------------------------------------------------------
+
+export const Finalizer = {
+  /** On Machines, MachineClasses, MachineSets and MachineDeployments. */
+  MachineControllerManager: 'machine.sapcloud.io/machine-controller-manager',
+  /** On Secrets referenced by a MachineClass. */
+  MachineControllerSecret: 'machine.sapcloud.io/machine-controller',
+  /** On Nodes backed by a Machine. */
+  MachineControllerNode: 'node.machine.sapcloud.io/machine-controller',
+} as const;
+export type Finalizer = ValueOf<typeof Finalizer>;
+
+// ---------------------------------------------------------------------------------------------
+// Taints
+// ---------------------------------------------------------------------------------------------
+
+export const TaintKey = {
+  /** NoSchedule until the node's critical components run; blocks Pending → Running. */
+  CriticalComponentsNotReady: 'node.gardener.cloud/critical-components-not-ready',
+  /** PreferNoSchedule (value `True`) on nodes of old MachineSets during a rollout. */
+  PreferNoSchedule: 'deployment.machine.sapcloud.io/prefer-no-schedule',
+  /** NoSchedule on preserved failed nodes (instead of cordoning). */
+  Preserved: 'node.machine.sapcloud.io/preserved',
+} as const;
+export type TaintKey = ValueOf<typeof TaintKey>;
+
+export const TaintEffect = {
+  NoSchedule: 'NoSchedule',
+  PreferNoSchedule: 'PreferNoSchedule',
+  NoExecute: 'NoExecute',
+} as const;
+export type TaintEffect = ValueOf<typeof TaintEffect>;
+
+/** Value of the prefer-no-schedule taint and annotation. */
+export const PREFER_NO_SCHEDULE_VALUE = 'True';
+
+// ---------------------------------------------------------------------------------------------
+// Node conditions written by the machine controller
+// ---------------------------------------------------------------------------------------------
+
+export const NodeConditionType = {
+  Terminating: 'Terminating',
+  InPlaceUpdate: 'InPlaceUpdate',
+  Preserved: 'Preserved',
+} as const;
+export type NodeConditionType = ValueOf<typeof NodeConditionType>;
+
+/** Reasons of the `Terminating` node condition. */
+export const TerminatingReason = {
+  Unhealthy: 'Unhealthy',
+  ScaleDown: 'ScaleDown',
+} as const;
+export type TerminatingReason = ValueOf<typeof TerminatingReason>;
+
+/** Reasons of the `InPlaceUpdate` node condition, in protocol order. */
+export const InPlaceUpdateReason = {
+  CandidateForUpdate: 'CandidateForUpdate',
+  SelectedForUpdate: 'SelectedForUpdate',
+  DrainSuccessful: 'DrainSuccessful',
+  ReadyForUpdate: 'ReadyForUpdate',
+  UpdateSuccessful: 'UpdateSuccessful',
+  UpdateFailed: 'UpdateFailed',
+} as const;
+export type InPlaceUpdateReason = ValueOf<typeof InPlaceUpdateReason>;
+
+/** Reasons of the `Preserved` node condition (the trailing dots are part of the wire value). */
+export const PreservedReason = {
+  ByMCM: 'Preserved by MCM.',
+  ByUser: 'Preserved by user.',
+  Stopped: 'Preservation stopped.',
+} as const;
+export type PreservedReason = ValueOf<typeof PreservedReason>;
+
+export const PreservedMessage = {
+  DrainSuccessful: 'Preserved node drained successfully.',
+  DrainUnsuccessful: 'Preserved node could not be drained.',
+} as const;
+export type PreservedMessage = ValueOf<typeof PreservedMessage>;
+
+// ---------------------------------------------------------------------------------------------
+// MachineSet / MachineDeployment conditions
+// ---------------------------------------------------------------------------------------------
+
+export const MachineSetConditionType = {
+  ReplicaFailure: 'ReplicaFailure',
+  Frozen: 'Frozen',
+} as const;
+export type MachineSetConditionType = ValueOf<typeof MachineSetConditionType>;
+
+export const MachineDeploymentConditionType = {
+  Available: 'Available',
+  Progressing: 'Progressing',
+  ReplicaFailure: 'ReplicaFailure',
+  Frozen: 'Frozen',
+} as const;
+export type MachineDeploymentConditionType = ValueOf<typeof MachineDeploymentConditionType>;
+
+export const ConditionReason = {
+  // ReplicaFailure
+  FailedCreate: 'FailedCreate',
+  FailedDelete: 'FailedDelete',
+  // Progressing
+  NewMachineSetCreated: 'NewMachineSetCreated',
+  FoundNewMachineSet: 'FoundNewMachineSet',
+  MachineSetUpdated: 'MachineSetUpdated',
+  NewMachineSetAvailable: 'NewMachineSetAvailable',
+  ProgressDeadlineExceeded: 'ProgressDeadlineExceeded',
+  MachineSetCreateError: 'MachineSetCreateError',
+  DeploymentPaused: 'DeploymentPaused',
+  DeploymentResumed: 'DeploymentResumed',
+  // Available
+  MinimumReplicasAvailable: 'MinimumReplicasAvailable',
+  MinimumReplicasUnavailable: 'MinimumReplicasUnavailable',
+  // Frozen
+  OverShootingReplicaCount: 'OverShootingReplicaCount',
+  UnderShootingReplicaCount: 'UnderShootingReplicaCount',
+  MachineDeploymentStateSync: 'MachineDeploymentStateSync',
+} as const;
+export type ConditionReason = ValueOf<typeof ConditionReason>;
+
+// ---------------------------------------------------------------------------------------------
+// Events
+// ---------------------------------------------------------------------------------------------
+
+export const EventType = {
+  Normal: 'Normal',
+  Warning: 'Warning',
+} as const;
+export type EventType = ValueOf<typeof EventType>;
+
+export const EventReason = {
+  // MachineSet
+  SuccessfulCreate: 'SuccessfulCreate',
+  FailedCreate: 'FailedCreate',
+  SuccessfulDelete: 'SuccessfulDelete',
+  FailedDelete: 'FailedDelete',
+  FrozeMachineSet: 'FrozeMachineSet',
+  UnfrozeMachineSet: 'UnfrozeMachineSet',
+  // MachineDeployment
+  ScalingMachineSet: 'ScalingMachineSet',
+  MachineSetCreateError: 'MachineSetCreateError',
+  SelectingAll: 'SelectingAll',
+  DeploymentRollback: 'DeploymentRollback',
+  DeploymentRollbackRevisionNotFound: 'DeploymentRollbackRevisionNotFound',
+  DeploymentRollbackTemplateUnchanged: 'DeploymentRollbackTemplateUnchanged',
+} as const;
+export type EventReason = ValueOf<typeof EventReason>;
+
+/** Component names events are recorded under. */
+export const EventSource = {
+  MachineControllerManager: 'machine-controller-manager',
+  MachineSetController: 'machineset-controller',
+  MachineDeploymentController: 'machinedeployment-controller',
+  MachineController: 'machine-controller',
+} as const;
+export type EventSource = ValueOf<typeof EventSource>;
+
+// ---------------------------------------------------------------------------------------------
+// MachineDeployment strategy
+// ---------------------------------------------------------------------------------------------
+
+export const StrategyType = {
+  Recreate: 'Recreate',
+  RollingUpdate: 'RollingUpdate',
+  InPlaceUpdate: 'InPlaceUpdate',
+} as const;
+export type StrategyType = ValueOf<typeof StrategyType>;
+
+export const OrchestrationType = {
+  Auto: 'Auto',
+  Manual: 'Manual',
+} as const;
+export type OrchestrationType = ValueOf<typeof OrchestrationType>;
+
+/** The only class kind the generic machine controller acts on. */
+export const MACHINE_CLASS_KIND = 'MachineClass';

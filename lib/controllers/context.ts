@@ -1,0 +1,135 @@
+import type { Registry } from 'prom-client';
+
+import type { Node } from '../api/core.js';
+import {
+  MachineClassResource,
+  MachineDeploymentResource,
+  MachineResource,
+  MachineSetResource,
+  type Machine,
+  type MachineClass,
+  type MachineDeployment,
+  type MachineSet,
+} from '../api/types.js';
+import type { KubeApi } from '../kube/client.js';
+import type { Clock } from '../kube/clock.js';
+import type { EventRecorder } from '../kube/events.js';
+import { Informer } from '../kube/informer.js';
+import { CoreResources } from '../kube/resources.js';
+import type { Logger } from '../observability/logger.js';
+
+/** The informers shared by every controller of one manager (one cache per resource). */
+export class SharedInformers {
+  readonly machines: Informer<Machine>;
+  readonly machineSets: Informer<MachineSet>;
+  readonly machineDeployments: Informer<MachineDeployment>;
+  readonly machineClasses: Informer<MachineClass>;
+  /** Nodes of the target cluster; undefined without a target cluster. */
+  readonly nodes: Informer<Node> | undefined;
+
+  constructor(opts: {
+    client: KubeApi;
+    target: KubeApi | undefined;
+    namespace: string;
+    logger: Logger;
+    registry?: Registry;
+    clock?: Clock;
+    resyncPeriodMs?: number;
+  }) {
+    const common = {
+      namespace: opts.namespace,
+      logger: opts.logger,
+      ...(opts.registry === undefined ? {} : { registry: opts.registry }),
+      ...(opts.clock === undefined ? {} : { clock: opts.clock }),
+      ...(opts.resyncPeriodMs === undefined ? {} : { resyncPeriodMs: opts.resyncPeriodMs }),
+    };
+    this.machines = new Informer<Machine>({
+      client: opts.client,
+      resource: MachineResource,
+      name: 'machines',
+      ...common,
+    });
+    this.machineSets = new Informer<MachineSet>({
+      client: opts.client,
+      resource: MachineSetResource,
+      name: 'machinesets',
+      ...common,
+    });
+    this.machineDeployments = new Informer<MachineDeployment>({
+      client: opts.client,
+      resource: MachineDeploymentResource,
+      name: 'machinedeployments',
+      ...common,
+    });
+    this.machineClasses = new Informer<MachineClass>({
+      client: opts.client,
+      resource: MachineClassResource,
+      name: 'machineclasses',
+      ...common,
+    });
+    if (opts.target !== undefined) {
+      const { namespace: _ns, ...clusterWide } = common;
+      this.nodes = new Informer<Node>({
+        client: opts.target,
+        resource: CoreResources.nodes,
+        name: 'nodes',
+        ...clusterWide,
+      });
+    }
+  }
+
+  private all(): Informer<never>[] {
+    return [this.machines, this.machineSets, this.machineDeployments, this.machineClasses, this.nodes].filter(
+      (i) => i !== undefined,
+    ) as unknown as Informer<never>[];
+  }
+
+  start(): void {
+    for (const i of this.all()) i.start();
+  }
+
+  async waitForSync(signal?: AbortSignal): Promise<void> {
+    await Promise.all(this.all().map((i) => i.waitForSync(signal)));
+  }
+
+  async stop(): Promise<void> {
+    await Promise.all(this.all().map((i) => i.stop()));
+  }
+}
+
+/** Settings of the MachineSet/MachineDeployment/safety controllers (gardener MCM flag names). */
+export interface ControllerSettings {
+  /** --safety-up */
+  safetyUp: number;
+  /** --safety-down */
+  safetyDown: number;
+  /** --machine-safety-overshooting-period, ms */
+  overshootingPeriodMs: number;
+  /** --autoscaler-scaledown-annotation-during-rollout */
+  autoscalerScaleDownAnnotationDuringRollout: boolean;
+  /** Machines created or deleted by one MachineSet sync at most (MCM's burst of 100). */
+  burstReplicas: number;
+}
+
+export const defaultControllerSettings: ControllerSettings = {
+  safetyUp: 2,
+  safetyDown: 1,
+  overshootingPeriodMs: 60_000,
+  autoscalerScaleDownAnnotationDuringRollout: true,
+  burstReplicas: 100,
+};
+
+/** Everything a controller needs, injected by the manager (or a test). */
+export interface ControllerContext {
+  /** Control cluster: the machine.sapcloud.io objects. */
+  client: KubeApi;
+  /** Target cluster: Nodes; undefined when running without one (--target-kubeconfig=none). */
+  target: KubeApi | undefined;
+  namespace: string;
+  informers: SharedInformers;
+  clock: Clock;
+  logger: Logger;
+  registry: Registry;
+  recorderFor(component: string): EventRecorder;
+  settings: ControllerSettings;
+}

@@ -1,0 +1,121 @@
+import { Annotation, DEFAULT_MACHINE_PRIORITY, MachinePhase, PreserveValue } from '../api/constants.js';
+import type { OwnerReference } from '../api/core.js';
+import type { Machine } from '../api/types.js';
+import type { DeepReadonly } from '../kube/informer.js';
+
+export type AnyMachine = Machine | DeepReadonly<Machine>;
+
+export function phaseOf(m: AnyMachine): MachinePhase {
+  return m.status?.currentStatus?.phase ?? MachinePhase.Creating;
+}
+
+/** Being deleted: deletion requested or already in the Terminating phase. */
+export function isTerminating(m: AnyMachine): boolean {
+  return m.metadata.deletionTimestamp !== undefined || phaseOf(m) === MachinePhase.Terminating;
+}
+
+/** Counts toward a MachineSet's replicas. */
+export function isActive(m: AnyMachine): boolean {
+  return !isTerminating(m);
+}
+
+export function isAvailable(m: AnyMachine): boolean {
+  const p = phaseOf(m);
+  return p === MachinePhase.Running || p === MachinePhase.Available;
+}
+
+export function isReady(m: AnyMachine): boolean {
+  return phaseOf(m) === MachinePhase.Running;
+}
+
+export function isFailed(m: AnyMachine): boolean {
+  return phaseOf(m) === MachinePhase.Failed;
+}
+
+function parseTime(s: string | undefined): number | undefined {
+  if (s === undefined || s === '') return undefined;
+  const t = Date.parse(s);
+  return Number.isNaN(t) ? undefined : t;
+}
+
+/** Preservation is in force: preserveExpiryTime lies in the future. */
+export function isPreserved(m: AnyMachine, now: number): boolean {
+  const t = parseTime(m.status?.currentStatus?.preserveExpiryTime);
+  return t !== undefined && t > now;
+}
+
+/**
+ * Whether a Failed machine must be kept instead of replaced: preservation in force, or a preserve
+ * annotation asking for it (the machine controller then sets the expiry). An expired preservation
+ * no longer protects it.
+ */
+export function shouldKeepFailedMachine(m: AnyMachine, now: number): boolean {
+  const expiry = parseTime(m.status?.currentStatus?.preserveExpiryTime);
+  if (expiry !== undefined) return expiry > now;
+  const v = m.metadata.annotations?.[Annotation.Preserve];
+  return v === PreserveValue.Now || v === PreserveValue.WhenFailed || v === PreserveValue.AutoPreserved;
+}
+
+/** Deletion priority (lower goes first); MCM's default 3 when absent or unparsable. */
+export function priorityOf(m: AnyMachine): number {
+  const raw = m.metadata.annotations?.[Annotation.MachinePriority];
+  if (raw === undefined || !/^-?\d+$/.test(raw.trim())) return DEFAULT_MACHINE_PRIORITY;
+  return Number(raw.trim());
+}
+
+export function markedForDeletionTime(m: AnyMachine): number | undefined {
+  return parseTime(m.metadata.annotations?.[Annotation.MarkedForDeletionTime]);
+}
+
+/** Phases that go first when scaling down: broken and unfinished machines before healthy ones. */
+const phaseDeletionRank: Partial<Record<MachinePhase, number>> = {
+  [MachinePhase.Terminating]: 0,
+  [MachinePhase.Failed]: 1,
+  [MachinePhase.CrashLoopBackOff]: 2,
+  [MachinePhase.Unknown]: 3,
+  [MachinePhase.Pending]: 4,
+  [MachinePhase.Available]: 5,
+  [MachinePhase.Running]: 6,
+};
+
+/**
+ * MCM's scale-down order, as a comparator (negative: a is deleted before b):
+ * 1. not preserved before preserved (auto-preserved before user-preserved, then earlier expiry);
+ * 2. lower machinepriority first;
+ * 3. machines marked for deletion before unmarked ones, earlier marks first;
+ * 4. phase: Terminating, Failed, CrashLoopBackOff, Unknown, Pending, Available, Running
+ *    (other phases, including the empty creating phase, rank first with Terminating);
+ * 5. older machines first.
+ */
+export function compareForDeletion(a: AnyMachine, b: AnyMachine, now: number): number {
+  const pa = isPreserved(a, now);
+  const pb = isPreserved(b, now);
+  if (pa !== pb) return pa ? 1 : -1;
+  if (pa && pb) {
+    const autoA = a.metadata.annotations?.[Annotation.Preserve] === PreserveValue.AutoPreserved;
+    const autoB = b.metadata.annotations?.[Annotation.Preserve] === PreserveValue.AutoPreserved;
+    if (autoA !== autoB) return autoA ? -1 : 1;
+    const ea = parseTime(a.status?.currentStatus?.preserveExpiryTime) ?? 0;
+    const eb = parseTime(b.status?.currentStatus?.preserveExpiryTime) ?? 0;
+    if (ea !== eb) return ea - eb;
+  }
+  const prioDiff = priorityOf(a) - priorityOf(b);
+  if (prioDiff !== 0) return prioDiff;
+  const ma = markedForDeletionTime(a);
+  const mb = markedForDeletionTime(b);
+  if ((ma === undefined) !== (mb === undefined)) return ma === undefined ? 1 : -1;
+  if (ma !== undefined && mb !== undefined && ma !== mb) return ma - mb;
+  const ra = phaseDeletionRank[phaseOf(a)] ?? 0;
+  const rb = phaseDeletionRank[phaseOf(b)] ?? 0;
+  if (ra !== rb) return ra - rb;
+  const ca = parseTime(a.metadata.creationTimestamp) ?? 0;
+  const cb = parseTime(b.metadata.creationTimestamp) ?? 0;
+  if (ca !== cb) return ca - cb;
+  return (a.metadata.name ?? '').localeCompare(b.metadata.name ?? '');
+}
+
+export function controllerRefOf(obj: {
+  metadata: { ownerReferences?: readonly DeepReadonly<OwnerReference>[] | OwnerReference[] };
+}): DeepReadonly<OwnerReference> | undefined {
+  return obj.metadata.ownerReferences?.find((r) => r.controller === true);
+}

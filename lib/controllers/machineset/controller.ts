@@ -1,0 +1,446 @@
+import {
+  Annotation,
+  EventReason,
+  EventSource,
+  Finalizer,
+  MachineOperationType,
+  MachinePhase,
+  MachineState,
+  PreserveValue,
+} from '../../api/constants.js';
+import {
+  API_VERSION,
+  MachineResource,
+  MachineSetResource,
+  type Machine,
+  type MachineSet,
+  type MachineSetStatus,
+} from '../../api/types.js';
+import { formatValidationErrors, validateMachineSet } from '../../api/validation.js';
+import { Controller, type ReconcileContext, type ReconcileResult } from '../../kube/controller.js';
+import { errorMessage, isConflict, isNotFound } from '../../kube/errors.js';
+import type { EventRecorder } from '../../kube/events.js';
+import { clone, objectKey, type DeepReadonly } from '../../kube/informer.js';
+import { selectorMatches } from '../../kube/labels.js';
+import type { Logger } from '../../observability/logger.js';
+import { rfc3339 } from '../conditions.js';
+import type { ControllerContext } from '../context.js';
+import { Expectations } from '../expectations.js';
+import { controllerRefOf, isTerminating, type AnyMachine } from '../machines.js';
+import {
+  addFinalizer,
+  adopt,
+  controllerReference,
+  planClaim,
+  release,
+  removeFinalizer,
+} from '../ownership.js';
+import { planAutoPreservation, propagationPatch } from './propagate.js';
+import { planReplicas, slowStartBatch } from './replicas.js';
+import { ReplicaFailureReason, calculateStatus } from './status.js';
+
+/** MCM re-syncs every MachineSet this often even without events. */
+export const MACHINESET_RESYNC_MS = 10 * 60 * 1000;
+
+type CachedMachine = DeepReadonly<Machine>;
+type CachedMachineSet = DeepReadonly<MachineSet>;
+
+function same(a: unknown, b: unknown): boolean {
+  return JSON.stringify(a) === JSON.stringify(b);
+}
+
+/**
+ * Keeps each MachineSet's machines at its replica count: adopts and releases machines by
+ * selector and controller reference, creates missing machines in slow-start batches, deletes
+ * surplus, marked and failed machines in MCM's order, keeps node templates and machine
+ * configuration in step, and reports status. Expectations gate every create/delete decision, so a
+ * cache that lags behind the controller's own writes never causes a second round of them.
+ */
+export class MachineSetController {
+  readonly controller: Controller;
+  readonly expectations: Expectations;
+  private readonly recorder: EventRecorder;
+  private readonly log: Logger;
+
+  constructor(
+    private readonly ctx: ControllerContext,
+    workers = 5,
+  ) {
+    this.expectations = new Expectations(ctx.clock);
+    this.recorder = ctx.recorderFor(EventSource.MachineSetController);
+    this.log = ctx.logger.child({ controller: 'machineset' });
+    this.controller = new Controller({
+      name: 'machineset',
+      workers,
+      reconciler: { reconcile: (key, rctx) => this.reconcile(key, rctx) },
+      clock: ctx.clock,
+      logger: ctx.logger,
+      registry: ctx.registry,
+      isRequeueError: isConflict,
+    });
+    this.wire();
+  }
+
+  private enqueue(ms: CachedMachineSet | MachineSet): void {
+    this.controller.enqueue(objectKey(ms));
+  }
+
+  /** The MachineSet controlling a machine, if it exists in the cache with the referenced UID. */
+  private ownerOf(m: CachedMachine): CachedMachineSet | undefined {
+    const ref = controllerRefOf(m);
+    if (ref?.kind !== MachineSetResource.kind) return undefined;
+    const ms = this.ctx.informers.machineSets.get(m.metadata.namespace, ref.name);
+    return ms?.metadata.uid === ref.uid ? ms : undefined;
+  }
+
+  private enqueueSelecting(m: CachedMachine): void {
+    for (const ms of this.ctx.informers.machineSets.list(m.metadata.namespace)) {
+      const sel = ms.spec?.selector;
+      if (sel !== undefined && selectorMatches(sel, m.metadata.labels)) {
+        this.enqueue(ms);
+      }
+    }
+  }
+
+  private wire(): void {
+    const { machineSets, machines } = this.ctx.informers;
+    machineSets.addHandler({
+      onAdd: (ms) => {
+        this.enqueue(ms);
+      },
+      onUpdate: (_old, ms) => {
+        this.enqueue(ms);
+      },
+      onDelete: (ms) => {
+        this.expectations.delete(objectKey(ms));
+        this.enqueue(ms);
+      },
+    });
+    machines.addHandler({
+      onAdd: (m) => {
+        const owner = this.ownerOf(m);
+        if (owner !== undefined) {
+          const key = objectKey(owner);
+          if (m.metadata.deletionTimestamp !== undefined)
+            this.expectations.deletionObserved(key, m.metadata.uid ?? '');
+          else this.expectations.creationObserved(key);
+          this.enqueue(owner);
+        } else if (controllerRefOf(m) === undefined) {
+          this.enqueueSelecting(m);
+        }
+      },
+      onUpdate: (old, m) => {
+        const owner = this.ownerOf(m);
+        if (
+          owner !== undefined &&
+          old.metadata.deletionTimestamp === undefined &&
+          m.metadata.deletionTimestamp !== undefined
+        ) {
+          this.expectations.deletionObserved(objectKey(owner), m.metadata.uid ?? '');
+        }
+        const oldOwner = this.ownerOf(old);
+        if (oldOwner !== undefined && oldOwner.metadata.uid !== owner?.metadata.uid) this.enqueue(oldOwner);
+        if (owner !== undefined) this.enqueue(owner);
+        else if (controllerRefOf(m) === undefined) this.enqueueSelecting(m);
+      },
+      onDelete: (m) => {
+        const owner = this.ownerOf(m);
+        if (owner !== undefined) {
+          this.expectations.deletionObserved(objectKey(owner), m.metadata.uid ?? '');
+          this.enqueue(owner);
+        }
+      },
+    });
+  }
+
+  start(): void {
+    this.controller.start();
+  }
+
+  async stop(): Promise<void> {
+    await this.controller.stop();
+  }
+
+  async reconcile(key: string, { log }: ReconcileContext): Promise<ReconcileResult> {
+    const cached = this.ctx.informers.machineSets.getByKey(key);
+    if (cached === undefined) {
+      this.expectations.delete(key);
+      return {};
+    }
+    let ms = clone<MachineSet>(cached);
+    const now = this.ctx.clock.now();
+
+    const problems = validateMachineSet(ms);
+    if (problems.length > 0) {
+      const message = formatValidationErrors(problems);
+      this.recorder.event(ms, 'Warning', ReplicaFailureReason.InvalidSpec, message);
+      await this.writeStatus(
+        ms,
+        calculateStatus({
+          ms,
+          machines: [],
+          now,
+          replicaFailure: { reason: ReplicaFailureReason.InvalidSpec, message },
+        }),
+      );
+      log.info('invalid MachineSet, not reconciling it', { problems: message });
+      return {};
+    }
+
+    const deleting = ms.metadata.deletionTimestamp !== undefined;
+    if (!deleting && !(ms.metadata.finalizers ?? []).includes(Finalizer.MachineControllerManager)) {
+      ms = await addFinalizer(this.ctx.client, MachineSetResource, ms, Finalizer.MachineControllerManager);
+    }
+
+    let machines = await this.claimMachines(ms, deleting);
+    await this.propagateTemplate(ms, machines);
+    machines = await this.manageAutoPreservation(ms, machines);
+
+    let failure: { reason: string; message: string } | undefined;
+    if (!deleting) {
+      if (this.expectations.satisfied(key)) {
+        failure = await this.manageReplicas(ms, machines, log);
+      } else {
+        log.debug(
+          'waiting for earlier creations/deletions to show up in the cache',
+          this.expectations.pending(key),
+        );
+      }
+    } else if (machines.length === 0) {
+      if ((ms.metadata.finalizers ?? []).includes(Finalizer.MachineControllerManager)) {
+        await removeFinalizer(this.ctx.client, MachineSetResource, ms, Finalizer.MachineControllerManager);
+      }
+      return {};
+    } else {
+      await this.terminate(
+        ms,
+        machines.filter((m) => m.metadata.deletionTimestamp === undefined),
+        log,
+      );
+    }
+
+    const status = calculateStatus({ ms, machines, now, replicaFailure: failure });
+    await this.writeStatus(ms, status);
+    if (failure !== undefined) throw new Error(`MachineSet ${key}: ${failure.message}`);
+    return { requeueAfter: MACHINESET_RESYNC_MS };
+  }
+
+  private async writeStatus(ms: MachineSet, status: MachineSetStatus): Promise<void> {
+    if (same(ms.status ?? {}, status)) return;
+    await this.ctx.client.updateStatus(MachineSetResource, { ...ms, status });
+  }
+
+  /** Machines this set controls after adopting orphans and releasing the ones it no longer selects. */
+  private async claimMachines(ms: MachineSet, deleting: boolean): Promise<AnyMachine[]> {
+    const owner = {
+      apiVersion: API_VERSION,
+      kind: MachineSetResource.kind,
+      name: ms.metadata.name ?? '',
+      uid: ms.metadata.uid ?? '',
+      deleting,
+    };
+    const plan = planClaim(owner, ms.spec?.selector, this.ctx.informers.machines.list(ms.metadata.namespace));
+    const owned: AnyMachine[] = [...plan.owned];
+    if (plan.adopt.length > 0) {
+      // Re-check with a live read that the set still exists and is not being deleted, so that a
+      // stale cache never makes a vanished set adopt machines.
+      const fresh = await this.ctx.client.get<MachineSet>(
+        MachineSetResource,
+        owner.name,
+        ms.metadata.namespace,
+      );
+      if (fresh.metadata.uid === owner.uid && fresh.metadata.deletionTimestamp === undefined) {
+        for (const m of plan.adopt) {
+          try {
+            owned.push(await adopt(this.ctx.client, MachineResource, m, owner));
+          } catch (err) {
+            if (!isNotFound(err)) throw err;
+          }
+        }
+      }
+    }
+    for (const m of plan.release) {
+      try {
+        await release(this.ctx.client, MachineResource, m, owner.uid);
+      } catch (err) {
+        if (!isNotFound(err)) throw err;
+      }
+    }
+    return owned;
+  }
+
+  private async propagateTemplate(ms: MachineSet, machines: readonly AnyMachine[]): Promise<void> {
+    for (const m of machines) {
+      const patch = propagationPatch(ms, m);
+      if (patch === undefined) continue;
+      try {
+        await this.ctx.client.patch(MachineResource, m.metadata.name ?? '', patch, {
+          type: 'merge',
+          namespace: m.metadata.namespace ?? '',
+        });
+      } catch (err) {
+        if (!isNotFound(err)) throw err;
+      }
+    }
+  }
+
+  private async manageAutoPreservation(ms: MachineSet, machines: AnyMachine[]): Promise<AnyMachine[]> {
+    const plan = planAutoPreservation(ms, machines);
+    if (plan.preserve.length === 0 && plan.unpreserve.length === 0) return machines;
+    const updated = new Map<string, AnyMachine>();
+    const annotate = async (m: AnyMachine, value: string | null): Promise<void> => {
+      try {
+        const res = await this.ctx.client.patch<Machine>(
+          MachineResource,
+          m.metadata.name ?? '',
+          { metadata: { annotations: { [Annotation.Preserve]: value } } },
+          { type: 'merge', namespace: m.metadata.namespace ?? '' },
+        );
+        updated.set(m.metadata.uid ?? '', res);
+      } catch (err) {
+        if (!isNotFound(err)) throw err;
+      }
+    };
+    for (const m of plan.preserve) await annotate(m, PreserveValue.AutoPreserved);
+    for (const m of plan.unpreserve) await annotate(m, null);
+    return machines.map((m) => updated.get(m.metadata.uid ?? '') ?? m);
+  }
+
+  /** Creates or deletes machines per planReplicas; returns the failure to report, if any. */
+  private async manageReplicas(
+    ms: MachineSet,
+    machines: readonly AnyMachine[],
+    log: Logger,
+  ): Promise<{ reason: string; message: string } | undefined> {
+    const key = objectKey(ms);
+    const plan = planReplicas(ms, machines, this.ctx.clock.now(), this.ctx.settings.burstReplicas);
+    if (plan.scaleUpBlocked !== undefined) {
+      log.verbose('not creating machines', { reason: plan.scaleUpBlocked });
+      return undefined;
+    }
+    if (plan.create > 0) {
+      log.info('creating machines', { count: plan.create, replicas: ms.spec?.replicas ?? 0 });
+      this.expectations.expectCreations(key, plan.create);
+      const result = await slowStartBatch(plan.create, async () => {
+        const created = await this.ctx.client.create<Machine>(MachineResource, this.newMachine(ms));
+        this.recorder.event(
+          ms,
+          'Normal',
+          EventReason.SuccessfulCreate,
+          `Created Machine: ${created.metadata.name ?? ''}`,
+        );
+      });
+      const skipped = plan.create - result.succeeded;
+      // Creations that failed or were never attempted will not show up in the cache.
+      if (skipped > 0) this.expectations.creationObserved(key, skipped);
+      if (result.error !== undefined) {
+        const message = errorMessage(result.error);
+        this.recorder.event(ms, 'Warning', EventReason.FailedCreate, `Error creating: ${message}`);
+        return { reason: ReplicaFailureReason.FailedCreate, message };
+      }
+      return undefined;
+    }
+    if (plan.delete.length > 0) {
+      log.info('deleting machines', {
+        count: plan.delete.length,
+        replicas: ms.spec?.replicas ?? 0,
+        machines: plan.delete.map((d) => `${d.machine.metadata.name ?? ''} (${d.reason})`),
+      });
+      return this.terminate(
+        ms,
+        plan.delete.map((d) => d.machine),
+        log,
+      );
+    }
+    return undefined;
+  }
+
+  /** Deletes machines (in parallel) and marks them Terminating. */
+  private async terminate(
+    ms: MachineSet,
+    machines: readonly AnyMachine[],
+    log: Logger,
+  ): Promise<{ reason: string; message: string } | undefined> {
+    const key = objectKey(ms);
+    const targets = machines.filter((m) => m.metadata.deletionTimestamp === undefined);
+    this.expectations.expectDeletions(
+      key,
+      targets.map((m) => m.metadata.uid ?? ''),
+    );
+    let failure: { reason: string; message: string } | undefined;
+    await Promise.all(
+      targets.map(async (m) => {
+        const name = m.metadata.name ?? '';
+        const namespace = m.metadata.namespace ?? '';
+        try {
+          await this.ctx.client.delete(MachineResource, name, {
+            namespace,
+            preconditions: { uid: m.metadata.uid ?? '' },
+          });
+        } catch (err) {
+          this.expectations.deletionObserved(key, m.metadata.uid ?? '');
+          if (isNotFound(err)) return;
+          const message = errorMessage(err);
+          this.recorder.event(ms, 'Warning', EventReason.FailedDelete, `Error deleting: ${message}`);
+          failure ??= { reason: ReplicaFailureReason.FailedDelete, message };
+          return;
+        }
+        this.recorder.event(ms, 'Normal', EventReason.SuccessfulDelete, `Deleted machine: ${name}`);
+        if (!isTerminating(m)) await this.markTerminating(name, namespace, log);
+      }),
+    );
+    return failure;
+  }
+
+  private async markTerminating(name: string, namespace: string, log: Logger): Promise<void> {
+    const now = rfc3339(this.ctx.clock.now());
+    try {
+      await this.ctx.client.patch(
+        MachineResource,
+        name,
+        {
+          status: {
+            currentStatus: { phase: MachinePhase.Terminating, lastUpdateTime: now },
+            lastOperation: {
+              description: 'Deleting machine from cloud provider',
+              state: MachineState.Processing,
+              type: MachineOperationType.Delete,
+              lastUpdateTime: now,
+            },
+          },
+        },
+        { type: 'merge', namespace, subresource: 'status' },
+      );
+    } catch (err) {
+      // Gone already (no finalizer): nothing to mark.
+      if (!isNotFound(err)) log.warn('could not mark machine Terminating', { machine: name, err });
+    }
+  }
+
+  private newMachine(ms: MachineSet): Machine {
+    const tmpl = ms.spec?.template ?? {};
+    const annotations: Record<string, string> = { ...(tmpl.metadata?.annotations ?? {}) };
+    const spec = structuredClone(tmpl.spec ?? {});
+    const effectiveTimeout = ms.metadata.annotations?.[Annotation.EffectiveCreationTimeout];
+    if (effectiveTimeout !== undefined) {
+      annotations[Annotation.EffectiveCreationTimeout] = effectiveTimeout;
+      spec.creationTimeout = effectiveTimeout;
+    }
+    const metadata: Machine['metadata'] = {
+      generateName: `${ms.metadata.name ?? ''}-`,
+      namespace: ms.metadata.namespace ?? '',
+      ownerReferences: [
+        controllerReference({
+          apiVersion: API_VERSION,
+          kind: MachineSetResource.kind,
+          name: ms.metadata.name ?? '',
+          uid: ms.metadata.uid ?? '',
+        }),
+      ],
+    };
+    if (tmpl.metadata?.labels !== undefined) metadata.labels = { ...tmpl.metadata.labels };
+    if (Object.keys(annotations).length > 0) metadata.annotations = annotations;
+    if (tmpl.metadata?.finalizers !== undefined) metadata.finalizers = [...tmpl.metadata.finalizers];
+    return { apiVersion: API_VERSION, kind: MachineResource.kind, metadata, spec };
+  }
+}

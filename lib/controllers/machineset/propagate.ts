@@ -1,0 +1,88 @@
+import { Annotation, PreserveValue } from '../../api/constants.js';
+import type { MachineConfiguration, MachineSet } from '../../api/types.js';
+import type { DeepReadonly } from '../../kube/informer.js';
+import { isFailed, isTerminating, type AnyMachine } from '../machines.js';
+
+/** The MachineConfiguration fields a MachineSet keeps in step on its machines. */
+export const MACHINE_CONFIGURATION_FIELDS = [
+  'drainTimeout',
+  'healthTimeout',
+  'creationTimeout',
+  'inPlaceUpdateTimeout',
+  'machinePreserveTimeout',
+  'disableHealthTimeout',
+  'maxEvictRetries',
+  'nodeConditions',
+] as const satisfies readonly (keyof MachineConfiguration)[];
+
+function same(a: unknown, b: unknown): boolean {
+  return JSON.stringify(a ?? null) === JSON.stringify(b ?? null);
+}
+
+/**
+ * The merge patch bringing a machine's node template, machine configuration and class kind in
+ * line with its MachineSet's template, or undefined when nothing differs. These fields change in
+ * place (no new machine): node labels/taints and timeouts are not a reason to replace a VM.
+ * Machines being deleted or Failed keep what they have, except the class kind.
+ */
+export function propagationPatch(
+  ms: MachineSet | DeepReadonly<MachineSet>,
+  m: AnyMachine,
+): { spec: Record<string, unknown> } | undefined {
+  const tmpl = ms.spec?.template?.spec ?? {};
+  const spec: Record<string, unknown> = {};
+  if (!isTerminating(m) && !isFailed(m)) {
+    if (!same(tmpl.nodeTemplate, m.spec?.nodeTemplate)) spec.nodeTemplate = tmpl.nodeTemplate ?? null;
+    const effectiveTimeout = ms.metadata.annotations?.[Annotation.EffectiveCreationTimeout];
+    for (const f of MACHINE_CONFIGURATION_FIELDS) {
+      const want = f === 'creationTimeout' && effectiveTimeout !== undefined ? effectiveTimeout : tmpl[f];
+      if (!same(want, m.spec?.[f])) spec[f] = want ?? null;
+    }
+  }
+  const kind = tmpl.class?.kind;
+  if (kind !== undefined && kind !== m.spec?.class?.kind) spec.class = { kind };
+  return Object.keys(spec).length === 0 ? undefined : { spec };
+}
+
+const validPreserveValues = new Set<string>([
+  PreserveValue.Now,
+  PreserveValue.WhenFailed,
+  PreserveValue.AutoPreserved,
+  PreserveValue.False,
+]);
+
+export interface PreservationPlan<M extends AnyMachine> {
+  /** Failed machines to annotate preserve=auto-preserved. */
+  preserve: M[];
+  /** Machines whose auto-preserved annotation is removed (the limit was lowered). */
+  unpreserve: M[];
+}
+
+/**
+ * Auto-preservation of failed machines for debugging, bounded by autoPreserveFailedMachineMax:
+ * below the limit the newest Failed machines without a preserve request of their own are marked
+ * auto-preserved; above it (the limit was lowered) the oldest auto-preserved ones are released.
+ */
+export function planAutoPreservation<M extends AnyMachine>(
+  ms: MachineSet | DeepReadonly<MachineSet>,
+  machines: readonly M[],
+): PreservationPlan<M> {
+  const max = ms.spec?.autoPreserveFailedMachineMax ?? 0;
+  const created = (m: AnyMachine): number => Date.parse(m.metadata.creationTimestamp ?? '') || 0;
+  const auto = machines.filter(
+    (m) => m.metadata.annotations?.[Annotation.Preserve] === PreserveValue.AutoPreserved,
+  );
+  const plan: PreservationPlan<M> = { preserve: [], unpreserve: [] };
+  if (auto.length > max) {
+    plan.unpreserve = [...auto].sort((a, b) => created(a) - created(b)).slice(0, auto.length - max);
+    return plan;
+  }
+  const room = max - auto.length;
+  if (room <= 0) return plan;
+  const candidates = machines
+    .filter((m) => isFailed(m) && !isTerminating(m))
+    .filter((m) => !validPreserveValues.has(m.metadata.annotations?.[Annotation.Preserve] ?? ''))
+    .sort((a, b) => created(b) - created(a));
+  plan.preserve = candidates.slice(0, room);
+  return plan;
+}

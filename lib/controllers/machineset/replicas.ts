@@ -1,0 +1,115 @@
+import { Annotation, DELETE_FIRST_MACHINE_PRIORITY, Label, LabelValue } from '../../api/constants.js';
+import type { MachineSet } from '../../api/types.js';
+import type { DeepReadonly } from '../../kube/informer.js';
+import {
+  compareForDeletion,
+  isFailed,
+  isTerminating,
+  markedForDeletionTime,
+  priorityOf,
+  shouldKeepFailedMachine,
+  type AnyMachine,
+} from '../machines.js';
+
+export type DeletionReason = 'scale-down' | 'marked-by-autoscaler' | 'failed';
+
+export interface ReplicaPlan<M extends AnyMachine> {
+  /** Machines to create. */
+  create: number;
+  /** Machines to delete, each once, at most burst of them. */
+  delete: { machine: M; reason: DeletionReason }[];
+  /** Why a needed scale-up is not done. */
+  scaleUpBlocked?: 'frozen' | 'scale-up-disabled';
+}
+
+/**
+ * Decides how a MachineSet reaches its replicas (pure; the controller executes the plan):
+ * - machines being deleted do not count;
+ * - too few: create the difference (at most burst), unless the set is frozen by the safety
+ *   controller or marked scale-up-disabled (an old set during an in-place update);
+ * - too many: delete the surplus in MCM's deletion order, ignoring machines just transferred by an
+ *   in-place update (label update-result=successful);
+ * - always delete machines the autoscaler marked (priority 1 with a mark not newer than the
+ *   MachineSet's last-replica-change-by-scaler time) and Failed machines that are not preserved.
+ */
+export function planReplicas<M extends AnyMachine>(
+  ms: MachineSet | DeepReadonly<MachineSet>,
+  machines: readonly M[],
+  now: number,
+  burst: number,
+): ReplicaPlan<M> {
+  const replicas = ms.spec?.replicas ?? 0;
+  const active = machines.filter((m) => !isTerminating(m));
+  const removable = active.filter(
+    (m) => m.metadata.labels?.[Label.UpdateResult] !== LabelValue.UpdateSuccessful,
+  );
+  const plan: ReplicaPlan<M> = { create: 0, delete: [] };
+  const chosen = new Set<M>();
+  const take = (m: M, reason: DeletionReason): void => {
+    if (chosen.has(m) || plan.delete.length >= burst) return;
+    chosen.add(m);
+    plan.delete.push({ machine: m, reason });
+  };
+
+  const diff = active.length - replicas;
+  if (diff < 0) {
+    if (
+      ms.metadata.labels?.[Label.Freeze] === LabelValue.True &&
+      ms.metadata.deletionTimestamp === undefined
+    ) {
+      plan.scaleUpBlocked = 'frozen';
+      return plan;
+    }
+    if (ms.metadata.labels?.[Label.ScaleUpDisabled] !== undefined) {
+      plan.scaleUpBlocked = 'scale-up-disabled';
+      return plan;
+    }
+    plan.create = Math.min(-diff, burst);
+    return plan;
+  }
+
+  const surplus = removable.length - replicas;
+  if (surplus > 0) {
+    const ordered = [...removable].sort((a, b) => compareForDeletion(a, b, now));
+    for (const m of ordered.slice(0, Math.min(surplus, burst))) take(m, 'scale-down');
+  }
+
+  const scalerTime = Date.parse(
+    ms.metadata.annotations?.[Annotation.LastDeploymentReplicaChangeByScalerTime] ?? '',
+  );
+  if (!Number.isNaN(scalerTime)) {
+    for (const m of removable) {
+      const mark = markedForDeletionTime(m);
+      if (priorityOf(m) === DELETE_FIRST_MACHINE_PRIORITY && mark !== undefined && mark <= scalerTime) {
+        take(m, 'marked-by-autoscaler');
+      }
+    }
+  }
+
+  for (const m of removable) {
+    if (isFailed(m) && !shouldKeepFailedMachine(m, now)) take(m, 'failed');
+  }
+  return plan;
+}
+
+/**
+ * Runs count calls of fn in batches of 1, 2, 4, …, stopping after the first batch with a failure,
+ * so that a systematic error (quota, invalid template) costs one request instead of count.
+ * Returns how many calls succeeded and the first error.
+ */
+export async function slowStartBatch(
+  count: number,
+  fn: (index: number) => Promise<void>,
+): Promise<{ succeeded: number; attempted: number; error: unknown }> {
+  let succeeded = 0;
+  let attempted = 0;
+  for (let size = Math.min(1, count); size > 0; size = Math.min(size * 2, count - attempted)) {
+    const start = attempted;
+    const results = await Promise.allSettled(Array.from({ length: size }, (_, i) => fn(start + i)));
+    attempted += size;
+    const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    succeeded += results.filter((r) => r.status === 'fulfilled').length;
+    if (failed !== undefined) return { succeeded, attempted, error: failed.reason };
+  }
+  return { succeeded, attempted, error: undefined };
+}

@@ -1,0 +1,75 @@
+import {
+  Annotation,
+  ConditionReason,
+  MachineSetConditionType,
+  MachineState,
+  PreserveValue,
+} from '../../api/constants.js';
+import type { MachineSet, MachineSetStatus, MachineSummary } from '../../api/types.js';
+import type { DeepReadonly } from '../../kube/informer.js';
+import { selectorMatches, selectorToString } from '../../kube/labels.js';
+import { removeCondition, setCondition } from '../conditions.js';
+import { isAvailable, isFailed, isPreserved, isReady, type AnyMachine } from '../machines.js';
+
+export interface StatusInput {
+  ms: MachineSet | DeepReadonly<MachineSet>;
+  machines: readonly AnyMachine[];
+  now: number;
+  /** Error of this pass's create/delete work: sets ReplicaFailure; undefined clears it. */
+  replicaFailure?: { reason: string; message: string } | undefined;
+}
+
+function summary(m: AnyMachine, owner: string): MachineSummary {
+  const s: MachineSummary = { name: m.metadata.name ?? '', ownerRef: owner };
+  if (m.spec?.providerID !== undefined) s.providerID = m.spec.providerID;
+  if (m.status?.lastOperation !== undefined) s.lastOperation = structuredClone(m.status.lastOperation);
+  return s;
+}
+
+/** The status a MachineSet should have for the machines it owns (pure). */
+export function calculateStatus({ ms, machines, now, replicaFailure }: StatusInput): MachineSetStatus {
+  const prev = (ms.status ?? {}) as MachineSetStatus;
+  const templateLabels = ms.spec?.template?.metadata?.labels ?? {};
+  const failed = machines.filter(
+    (m) => m.status?.lastOperation?.state === MachineState.Failed && !(isFailed(m) && isPreserved(m, now)),
+  );
+  const status: MachineSetStatus = {
+    ...structuredClone(prev),
+    replicas: machines.length,
+    fullyLabeledReplicas: machines.filter((m) =>
+      selectorMatches({ matchLabels: templateLabels }, m.metadata.labels),
+    ).length,
+    readyReplicas: machines.filter(isReady).length,
+    availableReplicas: machines.filter(isAvailable).length,
+    preservedFailedReplicas: machines.filter((m) => isFailed(m) && isPreserved(m, now)).length,
+    autoPreserveFailedMachineCount: machines.filter(
+      (m) => m.metadata.annotations?.[Annotation.Preserve] === PreserveValue.AutoPreserved,
+    ).length,
+  };
+  if (ms.metadata.generation !== undefined) status.observedGeneration = ms.metadata.generation;
+  if (ms.spec?.selector !== undefined) status.labelSelector = selectorToString(ms.spec.selector);
+  if (failed.length > 0) status.failedMachines = failed.map((m) => summary(m, ms.metadata.name ?? ''));
+  else delete status.failedMachines;
+  const conds =
+    replicaFailure === undefined
+      ? removeCondition(prev.machineSetCondition, MachineSetConditionType.ReplicaFailure)
+      : setCondition(
+          prev.machineSetCondition,
+          {
+            type: MachineSetConditionType.ReplicaFailure,
+            status: 'True',
+            reason: replicaFailure.reason,
+            message: replicaFailure.message,
+          },
+          now,
+        );
+  if (conds.length > 0) status.machineSetCondition = conds;
+  else delete status.machineSetCondition;
+  return status;
+}
+
+export const ReplicaFailureReason = {
+  FailedCreate: ConditionReason.FailedCreate,
+  FailedDelete: ConditionReason.FailedDelete,
+  InvalidSpec: 'InvalidSpec',
+} as const;

@@ -1,0 +1,142 @@
+import type { KubeObject, LabelSelector, OwnerReference } from '../api/core.js';
+import type { KubeApi } from '../kube/client.js';
+import type { DeepReadonly } from '../kube/informer.js';
+import { isEmptySelector, selectorMatches } from '../kube/labels.js';
+import type { ResourceType } from '../kube/resources.js';
+
+export interface Owner {
+  apiVersion: string;
+  kind: string;
+  name: string;
+  uid: string;
+  deleting: boolean;
+}
+
+export interface ClaimPlan<T> {
+  /** Owned by us and still selected. */
+  owned: T[];
+  /** Orphans our selector matches: to adopt. */
+  adopt: T[];
+  /** Owned by us but no longer selected: to release. */
+  release: T[];
+}
+
+type Candidate = KubeObject | DeepReadonly<KubeObject>;
+
+/**
+ * Decides which objects an owner controls, following the controller-ref rules of Kubernetes
+ * controllers: an object with a controller reference belongs to that controller alone; an orphan
+ * is adopted when the selector matches and neither side is being deleted; an owned object the
+ * selector no longer matches is released. An empty selector matches nothing.
+ */
+export function planClaim<T extends Candidate>(
+  owner: Owner,
+  selector: LabelSelector | DeepReadonly<LabelSelector> | undefined,
+  candidates: readonly T[],
+): ClaimPlan<T> {
+  const plan: ClaimPlan<T> = { owned: [], adopt: [], release: [] };
+  const usable = selector !== undefined && !isEmptySelector(selector);
+  for (const c of candidates) {
+    const ref = c.metadata.ownerReferences?.find((r) => r.controller === true);
+    const matches = usable && selectorMatches(selector, c.metadata.labels);
+    if (ref !== undefined) {
+      if (ref.uid !== owner.uid) continue;
+      if (matches) plan.owned.push(c);
+      else if (c.metadata.deletionTimestamp === undefined) plan.release.push(c);
+      continue;
+    }
+    if (!matches || owner.deleting || c.metadata.deletionTimestamp !== undefined) continue;
+    plan.adopt.push(c);
+  }
+  return plan;
+}
+
+export function controllerReference(owner: Omit<Owner, 'deleting'>): OwnerReference {
+  return {
+    apiVersion: owner.apiVersion,
+    kind: owner.kind,
+    name: owner.name,
+    uid: owner.uid,
+    controller: true,
+    blockOwnerDeletion: true,
+  };
+}
+
+/**
+ * Adds the owner's controller reference. The merge patch replaces the whole ownerReferences list,
+ * so it carries the resourceVersion it was computed from: a concurrent change makes it fail with
+ * a conflict instead of losing that change.
+ */
+export async function adopt<T extends KubeObject>(
+  client: KubeApi,
+  res: ResourceType,
+  obj: T | DeepReadonly<T>,
+  owner: Omit<Owner, 'deleting'>,
+): Promise<T> {
+  const refs = [...(obj.metadata.ownerReferences ?? [])].map((r) => ({ ...r }));
+  refs.push(controllerReference(owner));
+  return client.patch<T>(
+    res,
+    obj.metadata.name ?? '',
+    { metadata: { ownerReferences: refs, resourceVersion: obj.metadata.resourceVersion } },
+    { type: 'merge', ...(obj.metadata.namespace === undefined ? {} : { namespace: obj.metadata.namespace }) },
+  );
+}
+
+/** Removes the owner's reference (conditional on resourceVersion, like adopt). */
+export async function release<T extends KubeObject>(
+  client: KubeApi,
+  res: ResourceType,
+  obj: T | DeepReadonly<T>,
+  ownerUID: string,
+): Promise<T> {
+  const refs = (obj.metadata.ownerReferences ?? []).filter((r) => r.uid !== ownerUID).map((r) => ({ ...r }));
+  return client.patch<T>(
+    res,
+    obj.metadata.name ?? '',
+    {
+      metadata: {
+        ownerReferences: refs.length === 0 ? null : refs,
+        resourceVersion: obj.metadata.resourceVersion,
+      },
+    },
+    { type: 'merge', ...(obj.metadata.namespace === undefined ? {} : { namespace: obj.metadata.namespace }) },
+  );
+}
+
+/** Adds a finalizer (conditional on resourceVersion). */
+export async function addFinalizer<T extends KubeObject>(
+  client: KubeApi,
+  res: ResourceType,
+  obj: T | DeepReadonly<T>,
+  finalizer: string,
+): Promise<T> {
+  const finalizers = [...(obj.metadata.finalizers ?? []), finalizer];
+  return client.patch<T>(
+    res,
+    obj.metadata.name ?? '',
+    { metadata: { finalizers, resourceVersion: obj.metadata.resourceVersion } },
+    { type: 'merge', ...(obj.metadata.namespace === undefined ? {} : { namespace: obj.metadata.namespace }) },
+  );
+}
+
+/** Removes a finalizer (conditional on resourceVersion). */
+export async function removeFinalizer<T extends KubeObject>(
+  client: KubeApi,
+  res: ResourceType,
+  obj: T | DeepReadonly<T>,
+  finalizer: string,
+): Promise<T> {
+  const finalizers = (obj.metadata.finalizers ?? []).filter((f) => f !== finalizer);
+  return client.patch<T>(
+    res,
+    obj.metadata.name ?? '',
+    {
+      metadata: {
+        finalizers: finalizers.length === 0 ? null : finalizers,
+        resourceVersion: obj.metadata.resourceVersion,
+      },
+    },
+    { type: 'merge', ...(obj.metadata.namespace === undefined ? {} : { namespace: obj.metadata.namespace }) },
+  );
+}

@@ -1,0 +1,184 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createWriteStream, readFileSync, type WriteStream } from 'node:fs';
+import net from 'node:net';
+
+/**
+ * Every child process started by the harness, so that they can be killed synchronously when the
+ * test process exits for any reason (including an uncaught exception or a signal).
+ */
+const live = new Set<ChildProcess>();
+let exitHookInstalled = false;
+
+function installExitHook(): void {
+  if (exitHookInstalled) return;
+  exitHookInstalled = true;
+  process.on('exit', () => {
+    for (const child of live) {
+      try {
+        child.kill('SIGKILL');
+      } catch {
+        // already gone
+      }
+    }
+  });
+  for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
+    process.once(sig, () => {
+      for (const child of live) child.kill('SIGKILL');
+      process.exit(128 + (sig === 'SIGINT' ? 2 : sig === 'SIGTERM' ? 15 : 1));
+    });
+  }
+}
+
+/** PIDs of harness-started processes that are still running (used to prove teardown). */
+export function livePids(): number[] {
+  return [...live].map((c) => c.pid).filter((p): p is number => p !== undefined);
+}
+
+export interface ManagedProcessOptions {
+  name: string;
+  command: string;
+  args: string[];
+  logFile: string;
+  env?: NodeJS.ProcessEnv;
+  cwd?: string;
+}
+
+/** A long-running component (etcd, kube-apiserver, …) with its output in a log file. */
+export class ManagedProcess {
+  private child: ChildProcess | undefined;
+  private log: WriteStream | undefined;
+  private exited: Promise<number | null> = Promise.resolve(null);
+  private exitCode: number | null | undefined;
+
+  constructor(readonly opts: ManagedProcessOptions) {}
+
+  get pid(): number | undefined {
+    return this.child?.pid;
+  }
+
+  get running(): boolean {
+    return this.child !== undefined && this.exitCode === undefined;
+  }
+
+  start(): void {
+    if (this.running) throw new Error(`${this.opts.name} is already running`);
+    installExitHook();
+    this.log = createWriteStream(this.opts.logFile, { flags: 'a' });
+    this.exitCode = undefined;
+    const child = spawn(this.opts.command, this.opts.args, {
+      env: this.opts.env ?? process.env,
+      cwd: this.opts.cwd,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    this.child = child;
+    live.add(child);
+    child.stdout.pipe(this.log, { end: false });
+    child.stderr.pipe(this.log, { end: false });
+    this.exited = new Promise((resolve) => {
+      child.once('exit', (code) => {
+        live.delete(child);
+        this.exitCode = code;
+        resolve(code);
+      });
+      child.once('error', (err) => {
+        live.delete(child);
+        this.exitCode = -1;
+        this.log?.write(`spawn error: ${err.message}\n`);
+        resolve(-1);
+      });
+    });
+  }
+
+  /** Resolves with the exit code when the process ends on its own (used to fail fast on start). */
+  waitExit(): Promise<number | null> {
+    return this.exited;
+  }
+
+  /** SIGTERM, then SIGKILL after graceMs; resolves once the process is gone. */
+  async stop(graceMs = 10_000): Promise<void> {
+    const child = this.child;
+    if (child === undefined || this.exitCode !== undefined) {
+      this.closeLog();
+      return;
+    }
+    child.kill('SIGTERM');
+    const timer = setTimeout(() => child.kill('SIGKILL'), graceMs);
+    await this.exited;
+    clearTimeout(timer);
+    this.closeLog();
+  }
+
+  /** SIGKILL without grace (simulates a crash). */
+  async kill(): Promise<void> {
+    const child = this.child;
+    if (child === undefined || this.exitCode !== undefined) return;
+    child.kill('SIGKILL');
+    await this.exited;
+    this.closeLog();
+  }
+
+  private closeLog(): void {
+    this.log?.end();
+    this.log = undefined;
+  }
+
+  /** Last lines of the log, for error messages. */
+  tail(lines = 30): string {
+    try {
+      const text = readFileSync(this.opts.logFile, 'utf8');
+      return text.split('\n').slice(-lines).join('\n');
+    } catch {
+      return '';
+    }
+  }
+}
+
+/** A free TCP port on 127.0.0.1 (bind to 0 and release). */
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.unref();
+    srv.on('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const addr = srv.address();
+      if (addr === null || typeof addr === 'string') {
+        reject(new Error('no port'));
+        return;
+      }
+      const port = addr.port;
+      srv.close(() => {
+        resolve(port);
+      });
+    });
+  });
+}
+
+/**
+ * Polls check() until it returns true, failing early when the process dies. Start-up readiness is
+ * the one place the harness polls: the components expose no event to wait on.
+ */
+export async function waitUntil(
+  what: string,
+  check: () => Promise<boolean>,
+  opts: { timeoutMs: number; intervalMs?: number; process?: ManagedProcess },
+): Promise<void> {
+  const deadline = Date.now() + opts.timeoutMs;
+  let lastError: unknown;
+  const state = { died: false };
+  void opts.process?.waitExit().then(() => {
+    state.died = true;
+  });
+  while (Date.now() < deadline) {
+    if (state.died) {
+      throw new Error(`${what}: process exited during start-up\n${opts.process?.tail() ?? ''}`);
+    }
+    try {
+      if (await check()) return;
+    } catch (err) {
+      lastError = err;
+    }
+    await new Promise((r) => setTimeout(r, opts.intervalMs ?? 200));
+  }
+  const detail = lastError instanceof Error ? ` (last error: ${lastError.message})` : '';
+  throw new Error(`${what}: not ready after ${opts.timeoutMs} ms${detail}\n${opts.process?.tail() ?? ''}`);
+}

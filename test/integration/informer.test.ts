@@ -1,0 +1,228 @@
+import { expect } from 'chai';
+import { KubeConfig } from '@kubernetes/client-node';
+import type { Registry } from 'prom-client';
+
+import type { KubeObject } from '../../lib/api/core.js';
+import { KubeClient } from '../../lib/kube/client.js';
+import { isConflict, isNotFound } from '../../lib/kube/errors.js';
+import { Informer, objectKey } from '../../lib/kube/informer.js';
+import { CoreResources } from '../../lib/kube/resources.js';
+import { nullLogger } from '../../lib/observability/logger.js';
+import { newRegistry } from '../../lib/observability/metrics.js';
+import { startControlPlane, type ControlPlane } from '../harness/controlplane.js';
+import { FaultProxy } from '../harness/proxy.js';
+
+interface ConfigMap extends KubeObject {
+  data?: Record<string, string>;
+}
+
+const NS = 'informer-test';
+const TOTAL = 5000;
+
+async function metricValue(
+  registry: Registry,
+  name: string,
+  labels: Record<string, string>,
+): Promise<number> {
+  const metrics = await registry.getMetricsAsJSON();
+  const m = metrics.find((x) => x.name === name);
+  if (m === undefined) return 0;
+  let sum = 0;
+  for (const v of m.values as {
+    value: number;
+    labels: Record<string, string | number>;
+    metricName?: string;
+  }[]) {
+    if (v.metricName !== undefined && v.metricName !== name && !v.metricName.endsWith('_count')) continue;
+    if (Object.entries(labels).every(([k, val]) => String(v.labels[k]) === val)) sum += v.value;
+  }
+  return sum;
+}
+
+/** Runs fn over items with at most `limit` in flight. */
+async function pool<T>(items: T[], limit: number, fn: (item: T) => Promise<void>): Promise<void> {
+  let next = 0;
+  const workers = Array.from({ length: limit }, async () => {
+    while (next < items.length) {
+      const item = items[next++];
+      if (item !== undefined) await fn(item);
+    }
+  });
+  await Promise.all(workers);
+}
+
+function kubeConfigFor(cp: ControlPlane, server: string): KubeConfig {
+  const kc = new KubeConfig();
+  kc.loadFromFile(cp.kubeconfigPath);
+  const cluster = kc.getCurrentCluster();
+  if (cluster === null) throw new Error('no cluster');
+  kc.clusters = [{ ...cluster, server }];
+  return kc;
+}
+
+describe('informer against a real kube-apiserver', function () {
+  this.timeout(600_000);
+  let cp: ControlPlane;
+  let writer: KubeClient;
+
+  before(async function () {
+    this.timeout(300_000);
+    cp = await startControlPlane();
+    writer = new KubeClient({ kubeConfig: cp.kubeConfig, qps: 1000, burst: 1000 });
+    await cp.request('POST', '/api/v1/namespaces', {
+      apiVersion: 'v1',
+      kind: 'Namespace',
+      metadata: { name: NS },
+    });
+    const names = Array.from({ length: TOTAL }, (_, i) => `cm-${String(i).padStart(5, '0')}`);
+    await pool(names, 32, async (name) => {
+      await writer.create<ConfigMap>(CoreResources.configMaps, {
+        apiVersion: 'v1',
+        kind: 'ConfigMap',
+        metadata: { name, namespace: NS, labels: { group: String(Number(name.slice(3)) % 10) } },
+        data: { v: '0' },
+      });
+    });
+  });
+
+  after(async () => {
+    (writer as KubeClient | undefined)?.close();
+    await (cp as ControlPlane | undefined)?.stop();
+  });
+
+  it(`lists ${TOTAL} objects with pagination, then stays exactly in sync through churn, an apiserver restart, a stalled connection and a forced 410 Gone`, async () => {
+    const proxy = new FaultProxy('127.0.0.1', Number(new URL(cp.server).port));
+    const proxyPort = await proxy.start();
+    const registry = newRegistry();
+    const client = new KubeClient({
+      kubeConfig: kubeConfigFor(cp, `https://127.0.0.1:${proxyPort}`),
+      qps: 100,
+      burst: 200,
+      registry,
+      requestTimeoutMs: 10_000,
+    });
+    const informer = new Informer<ConfigMap>({
+      client,
+      resource: CoreResources.configMaps,
+      namespace: NS,
+      logger: nullLogger,
+      registry,
+      pageSize: 500,
+      idleTimeoutMs: 4000,
+      backoff: { initialMs: 200, maxMs: 2000 },
+    });
+    let adds = 0;
+    let deletes = 0;
+    let finalStateUnknownDeletes = 0;
+    informer.addHandler({
+      onAdd: () => adds++,
+      onDelete: (_obj, unknown) => {
+        deletes++;
+        if (unknown) finalStateUnknownDeletes++;
+      },
+    });
+    informer.start();
+    try {
+      await informer.waitForSync();
+      expect(informer.size()).to.equal(TOTAL);
+      expect(adds).to.equal(TOTAL);
+      const listRequests = await metricValue(registry, 'rest_client_request_duration_seconds', {
+        verb: 'list',
+      });
+      expect(listRequests, 'paginated list requests').to.be.at.least(TOTAL / 500);
+
+      let counter = 0;
+      const state = { churning: true };
+      /** Creates, updates and deletes at random, retrying through outages, until stopped. */
+      const churn = (async () => {
+        while (state.churning) {
+          const i = Math.floor(Math.random() * TOTAL * 1.2);
+          const name = `cm-${String(i).padStart(5, '0')}`;
+          const op = Math.random();
+          try {
+            if (op < 0.5) {
+              const cur = await writer.get<ConfigMap>(CoreResources.configMaps, name, NS);
+              cur.data = { v: String(++counter) };
+              await writer.update(CoreResources.configMaps, cur);
+            } else if (op < 0.75) {
+              await writer.delete(CoreResources.configMaps, name, { namespace: NS });
+            } else {
+              await writer.create<ConfigMap>(CoreResources.configMaps, {
+                apiVersion: 'v1',
+                kind: 'ConfigMap',
+                metadata: { name, namespace: NS },
+                data: { v: String(++counter) },
+              });
+            }
+          } catch (err) {
+            if (
+              !isNotFound(err) &&
+              !isConflict(err) &&
+              !(err instanceof Error && err.name === 'AlreadyExistsError')
+            ) {
+              // apiserver down: wait a little and go on
+              await new Promise((r) => setTimeout(r, 100));
+            }
+          }
+        }
+      })();
+
+      // 1. churn while connected
+      await new Promise((r) => setTimeout(r, 4000));
+
+      // 2. apiserver restart in the middle of the churn
+      await cp.restartApiServer();
+      await new Promise((r) => setTimeout(r, 3000));
+
+      // 3. the connection stalls silently (no reset): the watchdog must notice
+      const stalledBefore = await metricValue(registry, 'informer_watch_errors_total', { reason: 'Stalled' });
+      proxy.pause();
+      await new Promise((r) => setTimeout(r, 3000));
+      // 4. while the informer is cut off: more churn, etcd compaction and a restart that drops the
+      //    apiserver's watch cache, so the informer's resourceVersion is gone when it comes back
+      await cp.compactEtcd();
+      await cp.restartApiServer();
+      await new Promise((r) => setTimeout(r, 3000));
+      await cp.compactEtcd();
+      proxy.cut();
+      proxy.resume();
+      await new Promise((r) => setTimeout(r, 5000));
+
+      state.churning = false;
+      await churn;
+
+      // The cache must converge to exactly what a fresh list returns.
+      const deadline = Date.now() + 60_000;
+      let diff: string[] = [];
+      for (;;) {
+        const fresh = await writer.listAll<ConfigMap>(CoreResources.configMaps, { namespace: NS });
+        const want = new Map(fresh.items.map((o) => [objectKey(o), o.metadata.resourceVersion]));
+        const have = new Map(informer.list().map((o) => [objectKey(o), o.metadata.resourceVersion]));
+        diff = [];
+        for (const [k, rv] of want)
+          if (have.get(k) !== rv) diff.push(`${k}: want ${rv}, have ${have.get(k) ?? 'none'}`);
+        for (const k of have.keys()) if (!want.has(k)) diff.push(`${k}: deleted but still cached`);
+        if (diff.length === 0 || Date.now() > deadline) break;
+        await new Promise((r) => setTimeout(r, 500));
+      }
+      expect(diff.slice(0, 20), `${diff.length} differences`).to.deep.equal([]);
+
+      const stalled = await metricValue(registry, 'informer_watch_errors_total', { reason: 'Stalled' });
+      const gone = await metricValue(registry, 'informer_watch_errors_total', { reason: 'Expired' });
+      const goneHttp = await metricValue(registry, 'informer_watch_errors_total', { reason: 'Gone' });
+      const lists = await metricValue(registry, 'informer_lists_total', {});
+      expect(stalled - stalledBefore, 'stalled watches detected').to.be.at.least(1);
+      expect(gone + goneHttp, '410 Gone seen').to.be.at.least(1);
+      expect(lists, 're-listed after 410').to.be.at.least(2);
+      expect(deletes).to.be.greaterThan(0);
+      expect(
+        finalStateUnknownDeletes,
+        'deletes missed while disconnected are delivered as final-state deletes',
+      ).to.be.greaterThan(0);
+    } finally {
+      await informer.stop();
+      client.close();
+      await proxy.stop();
+    }
+  });
+});

@@ -1,0 +1,26 @@
+'use strict';
+// Mocha reporter: prints like "spec" and, when MCM_TEST_RESULTS is set, appends the run's real
+// counts as one JSON line to that file, so .ci/run can print "N passed, N failed, N skipped".
+const fs = require('node:fs');
+const Mocha = require('mocha');
+
+const { EVENT_RUN_END, EVENT_TEST_PASS, EVENT_TEST_FAIL, EVENT_TEST_PENDING } = Mocha.Runner.constants;
+
+class SummaryReporter extends Mocha.reporters.Spec {
+  constructor(runner, options) {
+    super(runner, options);
+    const counts = { passed: 0, failed: 0, skipped: 0 };
+    runner.on(EVENT_TEST_PASS, () => counts.passed++);
+    runner.on(EVENT_TEST_FAIL, () => counts.failed++);
+    runner.on(EVENT_TEST_PENDING, () => counts.skipped++);
+    runner.once(EVENT_RUN_END, () => {
+      const file = process.env.MCM_TEST_RESULTS;
+      if (file) {
+        const suite = process.env.MCM_TEST_SUITE || 'tests';
+        fs.appendFileSync(file, JSON.stringify({ suite, ...counts }) + '\n');
+      }
+    });
+  }
+}
+
+module.exports = SummaryReporter;

@@ -1,0 +1,412 @@
+import { expect } from 'chai';
+
+import type { Machine, MachineSet } from '../../../lib/api/types.js';
+import { MachineResource, MachineSetResource } from '../../../lib/api/types.js';
+import { compareForDeletion } from '../../../lib/controllers/machines.js';
+import { MachineSetController } from '../../../lib/controllers/machineset/controller.js';
+import { planReplicas, slowStartBatch } from '../../../lib/controllers/machineset/replicas.js';
+import { ConflictError, InvalidError } from '../../../lib/kube/errors.js';
+import { nullLogger } from '../../../lib/observability/logger.js';
+import { NS, machine, machineSet } from './builders.js';
+import { ControllerTestEnv } from './env.js';
+
+const ctxFor = { log: nullLogger, signal: new AbortController().signal };
+const NOW = Date.UTC(2026, 10, 21, 10, 0, 0);
+
+describe('machine deletion order (compareForDeletion)', () => {
+  const order = (ms: Machine[]): string[] =>
+    [...ms].sort((a, b) => compareForDeletion(a, b, NOW)).map((m) => m.metadata.name ?? '');
+
+  it('deletes non-preserved before preserved, auto-preserved before user-preserved', () => {
+    expect(
+      order([
+        machine('user', {
+          preserveExpiry: '2026-11-22T00:00:00Z',
+          annotations: { 'node.machine.sapcloud.io/preserve': 'now' },
+        }),
+        machine('plain'),
+        machine('auto', {
+          preserveExpiry: '2026-11-23T00:00:00Z',
+          annotations: { 'node.machine.sapcloud.io/preserve': 'auto-preserved' },
+        }),
+      ]),
+    ).to.deep.equal(['plain', 'auto', 'user']);
+  });
+
+  it('deletes lower priority first, then marked (earliest mark first), then by phase, then oldest', () => {
+    expect(
+      order([
+        machine('running-old', { created: '2026-11-20T00:00:00Z' }),
+        machine('running-new', { created: '2026-11-21T00:00:00Z' }),
+        machine('pending', { phase: 'Pending' }),
+        machine('failed', { phase: 'Failed' }),
+        machine('prio1', { annotations: { 'machinepriority.machine.sapcloud.io': '1' } }),
+        machine('marked-late', {
+          annotations: { 'machine.sapcloud.io/marked-for-deletion-time': '2026-11-21T09:05:00Z' },
+        }),
+        machine('marked-early', {
+          annotations: { 'machine.sapcloud.io/marked-for-deletion-time': '2026-11-21T09:01:00Z' },
+        }),
+        machine('unknown', { phase: 'Unknown' }),
+        machine('crashloop', { phase: 'CrashLoopBackOff' }),
+      ]),
+    ).to.deep.equal([
+      'prio1',
+      'marked-early',
+      'marked-late',
+      'failed',
+      'crashloop',
+      'unknown',
+      'pending',
+      'running-old',
+      'running-new',
+    ]);
+  });
+
+  it('treats an unparsable priority as the default 3', () => {
+    expect(
+      order([
+        machine('bad', { annotations: { 'machinepriority.machine.sapcloud.io': 'x' } }),
+        machine('two', { annotations: { 'machinepriority.machine.sapcloud.io': '2' } }),
+      ]),
+    ).to.deep.equal(['two', 'bad']);
+  });
+});
+
+describe('planReplicas', () => {
+  const ms = machineSet('ms', 2);
+
+  it('creates the missing machines, bounded by the burst', () => {
+    expect(planReplicas(machineSet('ms', 500), [], NOW, 100).create).to.equal(100);
+  });
+
+  it('does not count terminating machines and replaces them', () => {
+    const plan = planReplicas(
+      ms,
+      [machine('a', { owner: ms }), machine('b', { owner: ms, deleting: true })],
+      NOW,
+      100,
+    );
+    expect(plan.create).to.equal(1);
+  });
+
+  it('does not create while frozen or scale-up-disabled', () => {
+    expect(planReplicas(machineSet('f', 3, { labels: { freeze: 'True' } }), [], NOW, 100)).to.deep.include({
+      create: 0,
+      scaleUpBlocked: 'frozen',
+    });
+    expect(
+      planReplicas(
+        machineSet('d', 3, { labels: { 'node.machine.sapcloud.io/scale-up-disabled': 'true' } }),
+        [],
+        NOW,
+        100,
+      ),
+    ).to.deep.include({ create: 0, scaleUpBlocked: 'scale-up-disabled' });
+  });
+
+  it('deletes machines the autoscaler marked at or before the scaler time even without a surplus', () => {
+    const set = machineSet('ms', 2);
+    set.metadata.annotations = {
+      'machine.sapcloud.io/last-deployment-replica-change-by-scaler-time': '2026-11-21T09:10:00Z',
+    };
+    const marked = (name: string, at: string): Machine =>
+      machine(name, {
+        owner: set,
+        annotations: {
+          'machinepriority.machine.sapcloud.io': '1',
+          'machine.sapcloud.io/marked-for-deletion-time': at,
+        },
+      });
+    const plan = planReplicas(
+      set,
+      [marked('old-mark', '2026-11-21T09:05:00Z'), marked('new-mark', '2026-11-21T09:15:00Z')],
+      NOW,
+      100,
+    );
+    expect(plan.delete.map((d) => [d.machine.metadata.name, d.reason])).to.deep.equal([
+      ['old-mark', 'marked-by-autoscaler'],
+    ]);
+  });
+
+  it('deletes Failed machines unless preserved', () => {
+    const plan = planReplicas(
+      ms,
+      [
+        machine('failed', { owner: ms, phase: 'Failed' }),
+        machine('kept', {
+          owner: ms,
+          phase: 'Failed',
+          annotations: { 'node.machine.sapcloud.io/preserve': 'when-failed' },
+        }),
+      ],
+      NOW,
+      100,
+    );
+    expect(plan.delete.map((d) => d.machine.metadata.name)).to.deep.equal(['failed']);
+  });
+
+  it('ignores machines just transferred by an in-place update when scaling down', () => {
+    const plan = planReplicas(
+      machineSet('ms', 1),
+      [
+        machine('a'),
+        machine('moved', { labels: { 'node.machine.sapcloud.io/update-result': 'successful' } }),
+      ],
+      NOW,
+      100,
+    );
+    expect(plan.delete).to.have.length(0);
+    expect(plan.create).to.equal(0);
+  });
+});
+
+describe('slowStartBatch', () => {
+  it('runs batches of 1, 2, 4 and stops after the first failing batch', async () => {
+    const calls: number[] = [];
+    const result = await slowStartBatch(20, (i) => {
+      calls.push(i);
+      return i === 4 ? Promise.reject(new Error('quota')) : Promise.resolve();
+    });
+    // batches: [0], [1,2], [3..6] (fails at 4) -> stop
+    expect(calls.sort((a, b) => a - b)).to.deep.equal([0, 1, 2, 3, 4, 5, 6]);
+    expect(result.succeeded).to.equal(6);
+    expect((result.error as Error).message).to.equal('quota');
+  });
+});
+
+describe('MachineSetController.reconcile', () => {
+  let env: ControllerTestEnv;
+  let controller: MachineSetController;
+
+  beforeEach(() => {
+    env = new ControllerTestEnv();
+  });
+
+  afterEach(async () => {
+    await env.stop();
+  });
+
+  async function setup(...objs: (Machine | MachineSet)[]): Promise<void> {
+    for (const o of objs) env.seed(o.kind === 'MachineSet' ? MachineSetResource : MachineResource, o);
+    controller = new MachineSetController(env.ctx);
+    await env.start();
+    env.api.clearActions();
+  }
+
+  const owned = (name: string): Machine[] =>
+    env.api.all<Machine>(MachineResource, NS).filter((m) => m.metadata.ownerReferences?.[0]?.name === name);
+
+  it('creates missing machines from the template with a controller reference and records events', async () => {
+    const ms = machineSet('ms', 3);
+    await setup(ms);
+    await controller.reconcile(`${NS}/ms`, ctxFor);
+    const machines = owned('ms');
+    expect(machines).to.have.length(3);
+    for (const m of machines) {
+      expect(m.metadata.generateName).to.equal('ms-');
+      expect(m.metadata.labels).to.deep.equal(ms.spec?.template?.metadata?.labels);
+      expect(m.metadata.ownerReferences?.[0]).to.deep.include({
+        kind: 'MachineSet',
+        uid: 'uid-ms',
+        controller: true,
+        blockOwnerDeletion: true,
+      });
+      expect(m.spec?.class?.name).to.equal('small');
+    }
+    expect(env.recorder.reasons().filter((r) => r === 'SuccessfulCreate')).to.have.length(3);
+  });
+
+  it('does not create a second round while its own creations are not yet in the cache', async () => {
+    const ms = machineSet('ms', 3);
+    ms.metadata.finalizers = ['machine.sapcloud.io/machine-controller-manager'];
+    await setup(ms);
+    env.api.holdWatches(); // the cache lags behind the controller's writes
+    // With a stale cache, writes to the MachineSet itself conflict (a requeue); creations must not repeat.
+    const tolerant = (): Promise<unknown> =>
+      controller.reconcile(`${NS}/ms`, ctxFor).catch((err: unknown) => {
+        if (!(err instanceof ConflictError)) throw err;
+      });
+    await tolerant();
+    await tolerant();
+    await tolerant();
+    expect(env.informers.machines.size(), 'cache still empty').to.equal(0);
+    expect(env.api.writes().filter((w) => w.verb === 'create')).to.have.length(3);
+    env.api.releaseWatches();
+    await env.settle();
+    expect(controller.expectations.satisfied(`${NS}/ms`)).to.equal(true);
+    await controller.reconcile(`${NS}/ms`, ctxFor);
+    expect(owned('ms')).to.have.length(3);
+  });
+
+  it('adds its finalizer and writes status with replica counts, selector and observed generation', async () => {
+    const ms = machineSet('ms', 2);
+    await setup(ms, machine('a', { owner: ms }), machine('b', { owner: ms, phase: 'Pending' }));
+    await controller.reconcile(`${NS}/ms`, ctxFor);
+    const got = env.api.peek<MachineSet>(MachineSetResource, 'ms', NS);
+    expect(got?.metadata.finalizers).to.include('machine.sapcloud.io/machine-controller-manager');
+    expect(got?.status).to.deep.include({
+      replicas: 2,
+      readyReplicas: 1,
+      availableReplicas: 1,
+      fullyLabeledReplicas: 2,
+      observedGeneration: 1,
+      labelSelector: 'app=worker,pool=ms',
+    });
+  });
+
+  it('writes nothing when status and machines are already as desired', async () => {
+    const ms = machineSet('ms', 1);
+    await setup(ms, machine('a', { owner: ms }));
+    await controller.reconcile(`${NS}/ms`, ctxFor);
+    await env.settle();
+    env.api.clearActions();
+    await controller.reconcile(`${NS}/ms`, ctxFor);
+    expect(env.api.writes()).to.deep.equal([]);
+  });
+
+  it('scales down in deletion order, marks the machines Terminating and records events', async () => {
+    const ms = machineSet('ms', 2);
+    await setup(
+      ms,
+      machine('old', { owner: ms, created: '2026-11-20T00:00:00Z' }),
+      machine('new', { owner: ms, created: '2026-11-21T00:00:00Z' }),
+      machine('pending', { owner: ms, phase: 'Pending' }),
+      machine('prio', { owner: ms, annotations: { 'machinepriority.machine.sapcloud.io': '1' } }),
+    );
+    await controller.reconcile(`${NS}/ms`, ctxFor);
+    const deleted = env.api
+      .writes()
+      .filter((w) => w.verb === 'delete')
+      .map((w) => w.name);
+    expect(deleted.sort()).to.deep.equal(['pending', 'prio']);
+    const statusPatches = env.api.writes().filter((w) => w.verb === 'patch' && w.subresource === 'status');
+    expect(statusPatches.map((w) => w.name).sort()).to.deep.equal(['pending', 'prio']);
+    expect(env.api.peek<Machine>(MachineResource, 'prio', NS)?.status?.currentStatus?.phase).to.equal(
+      'Terminating',
+    );
+    expect(env.recorder.reasons().filter((r) => r === 'SuccessfulDelete')).to.have.length(2);
+  });
+
+  it('adopts matching orphans and releases machines it no longer selects', async () => {
+    const ms = machineSet('ms', 2);
+    const orphan = machine('orphan', { labels: { ...ms.spec?.template?.metadata?.labels } });
+    const stray = machine('stray', { owner: ms, labels: { app: 'other' } });
+    await setup(ms, orphan, stray, machine('a', { owner: ms }));
+    await controller.reconcile(`${NS}/ms`, ctxFor);
+    expect(env.api.peek<Machine>(MachineResource, 'orphan', NS)?.metadata.ownerReferences?.[0]?.uid).to.equal(
+      'uid-ms',
+    );
+    expect(env.api.peek<Machine>(MachineResource, 'stray', NS)?.metadata.ownerReferences).to.equal(undefined);
+    expect(env.api.writes().filter((w) => w.verb === 'create')).to.have.length(0);
+  });
+
+  it('propagates node template and machine configuration changes to its machines in place', async () => {
+    const ms = machineSet('ms', 1);
+    const m = machine('a', { owner: ms });
+    await setup(ms, m);
+    const updated = env.api.peek<MachineSet>(MachineSetResource, 'ms', NS) as MachineSet;
+    if (updated.spec?.template?.spec !== undefined) {
+      updated.spec.template.spec.nodeTemplate = { metadata: { labels: { role: 'gpu' } } };
+      updated.spec.template.spec.drainTimeout = '5m';
+    }
+    await env.api.update(MachineSetResource, updated);
+    await env.settle();
+    env.api.clearActions();
+    await controller.reconcile(`${NS}/ms`, ctxFor);
+    const got = env.api.peek<Machine>(MachineResource, 'a', NS);
+    expect(got?.spec?.nodeTemplate).to.deep.equal({ metadata: { labels: { role: 'gpu' } } });
+    expect(got?.spec?.drainTimeout).to.equal('5m');
+    expect(env.api.writes().filter((w) => w.verb === 'create' || w.verb === 'delete')).to.deep.equal([]);
+  });
+
+  it('replaces a Failed machine but keeps a preserved one, and lists failed machines in status', async () => {
+    const ms = machineSet('ms', 2);
+    await setup(
+      ms,
+      machine('failed', { owner: ms, phase: 'Failed', lastOpState: 'Failed' }),
+      machine('kept', {
+        owner: ms,
+        phase: 'Failed',
+        lastOpState: 'Failed',
+        preserveExpiry: '2026-11-25T00:00:00Z',
+        annotations: { 'node.machine.sapcloud.io/preserve': 'now' },
+      }),
+    );
+    await controller.reconcile(`${NS}/ms`, ctxFor);
+    expect(
+      env.api
+        .writes()
+        .filter((w) => w.verb === 'delete')
+        .map((w) => w.name),
+    ).to.deep.equal(['failed']);
+    const status = env.api.peek<MachineSet>(MachineSetResource, 'ms', NS)?.status;
+    expect(status?.failedMachines?.map((f) => f.name)).to.deep.equal(['failed']);
+    expect(status?.preservedFailedReplicas).to.equal(1);
+  });
+
+  it('reports a failed creation in events and the ReplicaFailure condition and stops after the first batch', async () => {
+    await setup(machineSet('ms', 5));
+    env.api.react((a) =>
+      a.verb === 'create' && a.resource.startsWith('machines')
+        ? new InvalidError('quota exceeded', 422, 'Invalid')
+        : undefined,
+    );
+    let error: unknown;
+    try {
+      await controller.reconcile(`${NS}/ms`, ctxFor);
+    } catch (err) {
+      error = err;
+    }
+    expect(error).to.be.instanceOf(Error);
+    expect(env.api.writes().filter((w) => w.verb === 'create')).to.have.length(1);
+    expect(env.recorder.events.find((e) => e.reason === 'FailedCreate')?.message).to.contain(
+      'quota exceeded',
+    );
+    const cond = env.api.peek<MachineSet>(MachineSetResource, 'ms', NS)?.status?.machineSetCondition?.[0];
+    expect(cond).to.deep.include({ type: 'ReplicaFailure', status: 'True', reason: 'FailedCreate' });
+    expect(controller.expectations.satisfied(`${NS}/ms`)).to.equal(true);
+  });
+
+  it('does not create machines while frozen', async () => {
+    await setup(machineSet('ms', 3, { labels: { freeze: 'True' } }));
+    await controller.reconcile(`${NS}/ms`, ctxFor);
+    expect(env.api.writes().filter((w) => w.verb === 'create')).to.have.length(0);
+  });
+
+  it('reports an invalid spec as a Warning event and a ReplicaFailure condition without touching machines', async () => {
+    const ms = machineSet('ms', 3);
+    if (ms.spec !== undefined) ms.spec.selector = { matchLabels: { app: 'other' } };
+    await setup(ms);
+    await controller.reconcile(`${NS}/ms`, ctxFor);
+    expect(env.recorder.events[0]).to.deep.include({ type: 'Warning', reason: 'InvalidSpec' });
+    const cond = env.api.peek<MachineSet>(MachineSetResource, 'ms', NS)?.status?.machineSetCondition?.[0];
+    expect(cond).to.deep.include({ type: 'ReplicaFailure', reason: 'InvalidSpec' });
+    expect(env.api.writes().filter((w) => w.verb === 'create')).to.have.length(0);
+  });
+
+  it('deletes all its machines when deleted, then removes its finalizer', async () => {
+    const ms = machineSet('ms', 2);
+    ms.metadata.finalizers = ['machine.sapcloud.io/machine-controller-manager'];
+    await setup(ms, machine('a', { owner: ms }), machine('b', { owner: ms }));
+    await env.api.delete(MachineSetResource, 'ms', { namespace: NS });
+    await env.settle();
+    await controller.reconcile(`${NS}/ms`, ctxFor);
+    expect(
+      env.api
+        .writes()
+        .filter((w) => w.verb === 'delete' && w.resource.startsWith('machines.'))
+        .map((w) => w.name)
+        .sort(),
+    ).to.deep.equal(['a', 'b']);
+    // The machines' own finalizers are removed by the machine controller; simulate that.
+    for (const name of ['a', 'b']) {
+      const m = env.api.peek<Machine>(MachineResource, name, NS) as Machine;
+      m.metadata.finalizers = [];
+      await env.api.update(MachineResource, m);
+    }
+    await env.settle();
+    await controller.reconcile(`${NS}/ms`, ctxFor);
+    expect(env.api.peek<MachineSet>(MachineSetResource, 'ms', NS)).to.equal(undefined);
+  });
+});

@@ -1,0 +1,269 @@
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+
+import { KubeConfig } from '@kubernetes/client-node';
+import { expect } from 'chai';
+
+import type { KubeObject } from '../../../lib/api/core.js';
+import { KubeClient } from '../../../lib/kube/client.js';
+import { FakeClock } from '../../../lib/kube/clock.js';
+import {
+  ConflictError,
+  NotFoundError,
+  TooManyRequestsError,
+  WatchStalledError,
+} from '../../../lib/kube/errors.js';
+import { CoreResources } from '../../../lib/kube/resources.js';
+import { newRegistry } from '../../../lib/observability/metrics.js';
+import { eventually } from '../helpers/eventually.js';
+
+interface Seen {
+  method: string;
+  url: string;
+  headers: http.IncomingHttpHeaders;
+  body: string;
+}
+
+type Handler = (req: Seen, res: http.ServerResponse) => void;
+
+/** A tiny HTTP server standing in for the apiserver's wire behaviour (status codes, streams). */
+class StubServer {
+  readonly seen: Seen[] = [];
+  handler: Handler = (_req, res) => {
+    res.end('{}');
+  };
+  private server = http.createServer((req, res) => {
+    let body = '';
+    req.setEncoding('utf8');
+    req.on('data', (d: string) => (body += d));
+    req.on('end', () => {
+      const s = { method: req.method ?? '', url: req.url ?? '', headers: req.headers, body };
+      this.seen.push(s);
+      this.handler(s, res);
+    });
+  });
+  port = 0;
+  async start(): Promise<void> {
+    await new Promise<void>((r) => this.server.listen(0, '127.0.0.1', r));
+    this.port = (this.server.address() as AddressInfo).port;
+  }
+  async stop(): Promise<void> {
+    this.server.closeAllConnections();
+    await new Promise<void>((r) =>
+      this.server.close(() => {
+        r();
+      }),
+    );
+  }
+}
+
+function kubeConfig(port: number): KubeConfig {
+  const kc = new KubeConfig();
+  kc.loadFromOptions({
+    clusters: [{ name: 'c', server: `http://127.0.0.1:${port}`, skipTLSVerify: true }],
+    users: [{ name: 'u', token: 'secret-token' }],
+    contexts: [{ name: 'x', cluster: 'c', user: 'u' }],
+    currentContext: 'x',
+  });
+  return kc;
+}
+
+const json = (
+  res: http.ServerResponse,
+  code: number,
+  body: unknown,
+  headers: Record<string, string> = {},
+): void => {
+  res.writeHead(code, { 'Content-Type': 'application/json', ...headers });
+  res.end(JSON.stringify(body));
+};
+
+describe('KubeClient (against a stub HTTP server)', () => {
+  let server: StubServer;
+  let client: KubeClient;
+  let clock: FakeClock;
+
+  beforeEach(async () => {
+    server = new StubServer();
+    await server.start();
+    clock = new FakeClock();
+  });
+
+  afterEach(async () => {
+    client.close();
+    await server.stop();
+  });
+
+  it('sends the bearer token and builds core and namespaced paths', async () => {
+    client = new KubeClient({ kubeConfig: kubeConfig(server.port) });
+    server.handler = (_r, res) => {
+      json(res, 200, { metadata: { name: 'n1' } });
+    };
+    await client.get(CoreResources.nodes, 'n1');
+    await client.get(CoreResources.pods, 'p1', 'kube-system');
+    expect(server.seen.map((s) => s.url)).to.deep.equal([
+      '/api/v1/nodes/n1',
+      '/api/v1/namespaces/kube-system/pods/p1',
+    ]);
+    expect(server.seen[0]?.headers.authorization).to.equal('Bearer secret-token');
+  });
+
+  it('maps a 409 Status to ConflictError and a 404 to NotFoundError', async () => {
+    client = new KubeClient({ kubeConfig: kubeConfig(server.port) });
+    server.handler = (r, res) => {
+      if (r.method === 'PUT')
+        json(res, 409, { kind: 'Status', code: 409, reason: 'Conflict', message: 'modified' });
+      else json(res, 404, { kind: 'Status', code: 404, reason: 'NotFound', message: 'nope' });
+    };
+    const obj: KubeObject = { metadata: { name: 'x', namespace: 'd', resourceVersion: '1' } };
+    let err: unknown = await client.update(CoreResources.configMaps, obj).catch((e: unknown) => e);
+    expect(err).to.be.instanceOf(ConflictError);
+    err = await client.get(CoreResources.configMaps, 'x', 'd').catch((e: unknown) => e);
+    expect(err).to.be.instanceOf(NotFoundError);
+  });
+
+  it('retries a 429 after the Retry-After delay the server asked for', async () => {
+    client = new KubeClient({ kubeConfig: kubeConfig(server.port), clock });
+    let calls = 0;
+    server.handler = (_r, res) => {
+      calls++;
+      if (calls === 1)
+        json(res, 429, { kind: 'Status', code: 429, reason: 'TooManyRequests' }, { 'Retry-After': '3' });
+      else json(res, 200, { metadata: { name: 'x' } });
+    };
+    const p = client.get(CoreResources.configMaps, 'x', 'd');
+    await eventually(() => calls === 1, 'first attempt');
+    await clock.advance(2900);
+    expect(calls).to.equal(1);
+    await clock.advance(200);
+    await eventually(() => calls === 2, 'retry after 3s');
+    expect((await p).metadata.name).to.equal('x');
+  });
+
+  it('surfaces TooManyRequestsError with the delay once its retries are used up', async () => {
+    client = new KubeClient({ kubeConfig: kubeConfig(server.port), clock, maxRetryAfter: 1 });
+    server.handler = (_r, res) => {
+      json(res, 429, { kind: 'Status', code: 429, reason: 'TooManyRequests' }, { 'Retry-After': '1' });
+    };
+    const p = client.get(CoreResources.configMaps, 'x', 'd').catch((e: unknown) => e);
+    await eventually(() => server.seen.length === 1, 'first attempt');
+    await clock.advance(1000);
+    const err = await p;
+    expect(err).to.be.instanceOf(TooManyRequestsError);
+    expect((err as TooManyRequestsError).retryAfterMs).to.equal(1000);
+    expect(server.seen).to.have.length(2);
+  });
+
+  it('holds requests beyond the burst until the token bucket refills at qps', async () => {
+    client = new KubeClient({ kubeConfig: kubeConfig(server.port), clock, qps: 1, burst: 2 });
+    server.handler = (_r, res) => {
+      json(res, 200, { metadata: {} });
+    };
+    const all = Promise.all([0, 1, 2].map(() => client.get(CoreResources.nodes, 'n')));
+    await eventually(() => server.seen.length === 2, 'burst of two');
+    for (let i = 0; i < 50; i++) await new Promise<void>((r) => setImmediate(r));
+    expect(server.seen).to.have.length(2);
+    await clock.advance(1000);
+    await all;
+    expect(server.seen).to.have.length(3);
+  });
+
+  it('sends patches with the content type of the patch strategy and deletes with preconditions', async () => {
+    client = new KubeClient({ kubeConfig: kubeConfig(server.port) });
+    server.handler = (_r, res) => {
+      json(res, 200, { metadata: {} });
+    };
+    await client.patch(CoreResources.nodes, 'n', { spec: { unschedulable: true } }, { type: 'merge' });
+    await client.patch(CoreResources.nodes, 'n', [{ op: 'remove', path: '/spec/taints/0' }], {
+      type: 'json',
+    });
+    await client.patch(
+      CoreResources.nodes,
+      'n',
+      { metadata: {} },
+      { type: 'apply', fieldManager: 'mcm', force: true },
+    );
+    await client.delete(CoreResources.pods, 'p', {
+      namespace: 'd',
+      preconditions: { uid: 'u1' },
+      propagationPolicy: 'Foreground',
+    });
+    expect(server.seen.map((s) => s.headers['content-type'])).to.deep.equal([
+      'application/merge-patch+json',
+      'application/json-patch+json',
+      'application/apply-patch+yaml',
+      'application/json',
+    ]);
+    expect(server.seen[2]?.url).to.equal('/api/v1/nodes/n?fieldManager=mcm&force=true');
+    expect(JSON.parse(server.seen[3]?.body ?? '{}')).to.deep.include({
+      preconditions: { uid: 'u1' },
+      propagationPolicy: 'Foreground',
+    });
+  });
+
+  it('counts requests by code and method', async () => {
+    const registry = newRegistry();
+    client = new KubeClient({ kubeConfig: kubeConfig(server.port), registry });
+    server.handler = (r, res) => {
+      if (r.url.endsWith('/missing')) json(res, 404, { kind: 'Status', code: 404, reason: 'NotFound' });
+      else json(res, 200, { metadata: {} });
+    };
+    await client.get(CoreResources.nodes, 'a');
+    await client.get(CoreResources.nodes, 'missing').catch(() => undefined);
+    const text = await registry.getSingleMetricAsString('rest_client_requests_total');
+    expect(text).to.contain('rest_client_requests_total{code="200",method="GET"} 1');
+    expect(text).to.contain('rest_client_requests_total{code="404",method="GET"} 1');
+  });
+
+  it('streams watch events line by line and ends when the server closes the stream', async () => {
+    client = new KubeClient({ kubeConfig: kubeConfig(server.port) });
+    server.handler = (_r, res) => {
+      res.writeHead(200, { 'Content-Type': 'application/json' });
+      res.write('{"type":"ADDED","object":{"metadata":{"name":"a","resourceVersion":"5"}}}\n{"type":"MOD');
+      setTimeout(() => {
+        res.write('IFIED","object":{"metadata":{"name":"a","resourceVersion":"6"}}}\n');
+        res.end('{"type":"BOOKMARK","object":{"metadata":{"resourceVersion":"9"}}}\n');
+      }, 5);
+    };
+    const events: string[] = [];
+    for await (const ev of await client.watch<KubeObject>(CoreResources.nodes, {
+      resourceVersion: '4',
+      allowWatchBookmarks: true,
+      timeoutSeconds: 60,
+    })) {
+      events.push(`${ev.type}:${ev.object.metadata.resourceVersion ?? ''}`);
+    }
+    expect(events).to.deep.equal(['ADDED:5', 'MODIFIED:6', 'BOOKMARK:9']);
+    expect(server.seen[0]?.url).to.equal(
+      '/api/v1/nodes?watch=true&resourceVersion=4&allowWatchBookmarks=true&timeoutSeconds=60',
+    );
+  });
+
+  it('fails a watch that goes silent for longer than the idle timeout with WatchStalledError', async () => {
+    client = new KubeClient({ kubeConfig: kubeConfig(server.port) });
+    server.handler = (_r, res) => {
+      res.writeHead(200, { 'Content-Type': 'application/json' });
+      res.write('{"type":"ADDED","object":{"metadata":{"name":"a"}}}\n');
+      // then nothing, connection stays open
+    };
+    const it = await client.watch<KubeObject>(CoreResources.nodes, { idleTimeoutMs: 100 });
+    const first = await it.next();
+    expect(first.done).to.equal(false);
+    const err = await it.next().catch((e: unknown) => e);
+    expect(err).to.be.instanceOf(WatchStalledError);
+  });
+
+  it('ends a watch quietly when its signal aborts', async () => {
+    client = new KubeClient({ kubeConfig: kubeConfig(server.port) });
+    server.handler = (_r, res) => {
+      res.writeHead(200, { 'Content-Type': 'application/json' });
+      res.write('\n');
+    };
+    const abort = new AbortController();
+    const it = await client.watch<KubeObject>(CoreResources.nodes, { signal: abort.signal });
+    const pending = it.next();
+    abort.abort();
+    const r = await pending;
+    expect(r.done).to.equal(true);
+  });
+});
