@@ -1,0 +1,367 @@
+import {
+  Annotation,
+  ConditionReason,
+  EventReason,
+  EventSource,
+  Label,
+  LabelValue,
+  MachineDeploymentConditionType,
+  MachineSetConditionType,
+} from '../../api/constants.js';
+import { scaledValue } from '../../api/intstr.js';
+import {
+  MachineDeploymentResource,
+  MachineSetResource,
+  type MachineDeployment,
+  type MachineSet,
+} from '../../api/types.js';
+import { Controller, type ReconcileContext, type ReconcileResult } from '../../kube/controller.js';
+import { isConflict, isNotFound } from '../../kube/errors.js';
+import type { EventRecorder } from '../../kube/events.js';
+import { CONTROLLER_UID_INDEX, objectKey, type DeepReadonly } from '../../kube/informer.js';
+import { selectorMatches } from '../../kube/labels.js';
+import type { TimerHandle } from '../../kube/clock.js';
+import type { ResourceType } from '../../kube/resources.js';
+import { findCondition, removeCondition, setCondition } from '../conditions.js';
+import type { ControllerContext } from '../context.js';
+import { controllerRefOf, isTerminating } from '../machines.js';
+
+type CachedMachineSet = DeepReadonly<MachineSet>;
+type CachedMachineDeployment = DeepReadonly<MachineDeployment>;
+
+const MS_PREFIX = 'machineset:';
+const MCD_PREFIX = 'machinedeployment:';
+
+export interface Thresholds {
+  high: number;
+  low: number;
+}
+
+/**
+ * The machine counts at which a MachineSet is frozen (high) and unfrozen again (low). A set owned
+ * by a MachineDeployment may legitimately hold up to the deployment's replicas plus its surge
+ * during a rollout; a standalone set never needs more than twice its replicas.
+ */
+export function overshootThresholds(
+  ms: CachedMachineSet | MachineSet,
+  mcd: CachedMachineDeployment | MachineDeployment | undefined,
+  safetyUp: number,
+  safetyDown: number,
+): Thresholds {
+  let high = 2 * (ms.spec?.replicas ?? 0) + safetyUp;
+  if (mcd !== undefined) {
+    const replicas = mcd.spec?.replicas ?? 0;
+    const strategy = mcd.spec?.strategy;
+    const maxSurge = strategy?.rollingUpdate?.maxSurge ?? strategy?.inPlaceUpdate?.maxSurge;
+    let surge: number;
+    try {
+      surge = maxSurge === undefined ? 0 : scaledValue(maxSurge, replicas, true);
+    } catch {
+      // A malformed surge is reported by the MachineDeployment controller; count it as none here.
+      surge = 0;
+    }
+    high = replicas + surge + safetyUp;
+  }
+  return { high, low: high - safetyDown };
+}
+
+function isFrozenSet(ms: CachedMachineSet): boolean {
+  return (
+    ms.metadata.labels?.[Label.Freeze] === LabelValue.True ||
+    findCondition(ms.status?.machineSetCondition, MachineSetConditionType.Frozen) !== undefined
+  );
+}
+
+function isFrozenDeployment(mcd: CachedMachineDeployment): boolean {
+  return (
+    mcd.metadata.labels?.[Label.Freeze] === LabelValue.True ||
+    findCondition(mcd.status?.conditions, MachineDeploymentConditionType.Frozen) !== undefined
+  );
+}
+
+/**
+ * The overshoot part of MCM's safety controller. A MachineSet whose (non-terminating) machines
+ * reach the high threshold is frozen — label freeze=True and condition Frozen on the set and its
+ * MachineDeployment — which stops it from creating machines; it is unfrozen automatically once the
+ * count falls to the low threshold, or manually with the annotation
+ * safety.machine.sapcloud.io/unfreeze. Unlike gardener MCM, every set is checked on every pass
+ * (not only the first that needs action), terminating machines do not count (a scale-down in
+ * progress is not an overshoot), and a deployment is only unfrozen when none of its sets is frozen.
+ */
+export class OvershootSafetyController {
+  readonly controller: Controller;
+  private readonly recorder: EventRecorder;
+  private periodic: TimerHandle | undefined;
+
+  constructor(
+    private readonly ctx: ControllerContext,
+    workers = 2,
+  ) {
+    this.recorder = ctx.recorderFor(EventSource.MachineControllerManager);
+    this.controller = new Controller({
+      name: 'safety-overshoot',
+      workers,
+      reconciler: { reconcile: (key, rctx) => this.reconcile(key, rctx) },
+      clock: ctx.clock,
+      logger: ctx.logger,
+      registry: ctx.registry,
+      isRequeueError: isConflict,
+    });
+    const { machines, machineSets, machineDeployments } = ctx.informers;
+    machines.addHandler({
+      onAdd: (m) => {
+        const ref = controllerRefOf(m);
+        if (ref?.kind === MachineSetResource.kind)
+          this.enqueueSet(`${m.metadata.namespace ?? ''}/${ref.name}`);
+      },
+      onUpdate: (old, m) => {
+        // Leaving "terminating" never happens; entering it lowers the count (maybe below low).
+        if (isTerminating(m) === isTerminating(old)) return;
+        const ref = controllerRefOf(m);
+        if (ref?.kind === MachineSetResource.kind)
+          this.enqueueSet(`${m.metadata.namespace ?? ''}/${ref.name}`);
+      },
+      onDelete: (m) => {
+        const ref = controllerRefOf(m);
+        if (ref?.kind === MachineSetResource.kind)
+          this.enqueueSet(`${m.metadata.namespace ?? ''}/${ref.name}`);
+      },
+    });
+    machineSets.addHandler({
+      onAdd: (ms) => {
+        this.enqueueSet(objectKey(ms));
+      },
+      onUpdate: (_old, ms) => {
+        this.enqueueSet(objectKey(ms));
+      },
+    });
+    machineDeployments.addHandler({
+      onAdd: (mcd) => {
+        this.enqueueDeployment(objectKey(mcd));
+      },
+      onUpdate: (_old, mcd) => {
+        this.enqueueDeployment(objectKey(mcd));
+      },
+    });
+  }
+
+  private enqueueSet(key: string): void {
+    this.controller.enqueue(MS_PREFIX + key);
+  }
+
+  private enqueueDeployment(key: string): void {
+    this.controller.enqueue(MCD_PREFIX + key);
+  }
+
+  /** Every set and deployment, every --machine-safety-overshooting-period. */
+  private schedulePeriodic(): void {
+    this.periodic = this.ctx.clock.setTimeout(() => {
+      for (const ms of this.ctx.informers.machineSets.list()) this.enqueueSet(objectKey(ms));
+      for (const mcd of this.ctx.informers.machineDeployments.list()) this.enqueueDeployment(objectKey(mcd));
+      this.schedulePeriodic();
+    }, this.ctx.settings.overshootingPeriodMs);
+  }
+
+  start(): void {
+    this.controller.start();
+    this.schedulePeriodic();
+  }
+
+  async stop(): Promise<void> {
+    this.periodic?.cancel();
+    await this.controller.stop();
+  }
+
+  async reconcile(key: string, rctx: ReconcileContext): Promise<ReconcileResult> {
+    if (key.startsWith(MS_PREFIX)) await this.reconcileSet(key.slice(MS_PREFIX.length), rctx);
+    else if (key.startsWith(MCD_PREFIX)) await this.reconcileDeployment(key.slice(MCD_PREFIX.length), rctx);
+    return {};
+  }
+
+  /** The MachineDeployment controlling a set, if it is in the cache. */
+  private deploymentOf(ms: CachedMachineSet): CachedMachineDeployment | undefined {
+    const ref = controllerRefOf(ms);
+    if (ref?.kind !== MachineDeploymentResource.kind) return undefined;
+    const mcd = this.ctx.informers.machineDeployments.get(ms.metadata.namespace, ref.name);
+    return mcd?.metadata.uid === ref.uid ? mcd : undefined;
+  }
+
+  /** Machines that count toward a set's overshoot: owned, carrying the template labels, staying. */
+  countMachines(ms: CachedMachineSet): number {
+    const templateLabels = ms.spec?.template?.metadata?.labels ?? {};
+    return this.ctx.informers.machines
+      .byIndex(CONTROLLER_UID_INDEX, ms.metadata.uid ?? '')
+      .filter((m) => !isTerminating(m) && selectorMatches({ matchLabels: templateLabels }, m.metadata.labels))
+      .length;
+  }
+
+  private async reconcileSet(key: string, { log }: ReconcileContext): Promise<void> {
+    const ms = this.ctx.informers.machineSets.getByKey(key);
+    if (ms === undefined) return;
+    const mcd = this.deploymentOf(ms);
+    if (ms.metadata.annotations?.[Annotation.SafetyUnfreeze] !== undefined) {
+      log.info('unfreezing MachineSet on request (unfreeze annotation)');
+      await this.unfreezeSet(ms);
+      if (mcd !== undefined) this.enqueueDeployment(objectKey(mcd));
+      return;
+    }
+    const count = this.countMachines(ms);
+    const { high, low } = overshootThresholds(
+      ms,
+      mcd,
+      this.ctx.settings.safetyUp,
+      this.ctx.settings.safetyDown,
+    );
+    log.trace('overshoot check', { count, high, low });
+    const labelled = ms.metadata.labels?.[Label.Freeze] === LabelValue.True;
+    if (!labelled && count >= high) {
+      const message = `The number of machines backing MachineSet ${ms.metadata.name ?? ''} is ${count} >= ${high}, its maximum scale-up limit`;
+      log.info('freezing MachineSet: too many machines', { count, high });
+      await this.freezeSet(ms, ConditionReason.OverShootingReplicaCount, message);
+      if (mcd !== undefined)
+        await this.freezeDeployment(mcd, ConditionReason.OverShootingReplicaCount, message);
+    } else if (count <= low && isFrozenSet(ms)) {
+      log.info('unfreezing MachineSet: machine count back under the limit', { count, low });
+      await this.unfreezeSet(ms);
+      if (mcd !== undefined) this.enqueueDeployment(objectKey(mcd));
+    }
+  }
+
+  private async reconcileDeployment(key: string, { log }: ReconcileContext): Promise<void> {
+    const mcd = this.ctx.informers.machineDeployments.getByKey(key);
+    if (mcd === undefined) return;
+    const sets = this.ctx.informers.machineSets.byIndex(CONTROLLER_UID_INDEX, mcd.metadata.uid ?? '');
+    if (mcd.metadata.annotations?.[Annotation.SafetyUnfreeze] !== undefined) {
+      log.info('unfreezing MachineDeployment and its MachineSets on request (unfreeze annotation)');
+      await this.unfreezeDeployment(mcd, 'UnfreezeAnnotation');
+      for (const ms of sets) {
+        await this.patchMeta(MachineSetResource, ms, {
+          annotations: { [Annotation.SafetyUnfreeze]: LabelValue.True },
+        });
+      }
+      return;
+    }
+    const anySetFrozen = sets.some(isFrozenSet);
+    const frozen = isFrozenDeployment(mcd);
+    const consistent =
+      mcd.metadata.labels?.[Label.Freeze] === LabelValue.True &&
+      findCondition(mcd.status?.conditions, MachineDeploymentConditionType.Frozen) !== undefined;
+    if (anySetFrozen && !consistent) {
+      await this.freezeDeployment(
+        mcd,
+        ConditionReason.MachineDeploymentStateSync,
+        'A MachineSet of this MachineDeployment is frozen, so the MachineDeployment is frozen too',
+      );
+    } else if (!anySetFrozen && frozen) {
+      const reason = findCondition(mcd.status?.conditions, MachineDeploymentConditionType.Frozen)?.reason;
+      await this.unfreezeDeployment(
+        mcd,
+        reason === ConditionReason.OverShootingReplicaCount
+          ? ConditionReason.UnderShootingReplicaCount
+          : ConditionReason.MachineDeploymentStateSync,
+      );
+    }
+  }
+
+  private async patchMeta(
+    res: ResourceType,
+    obj: CachedMachineSet | CachedMachineDeployment,
+    meta: { labels?: Record<string, string | null>; annotations?: Record<string, string | null> },
+  ): Promise<void> {
+    try {
+      await this.ctx.client.patch(
+        res,
+        obj.metadata.name ?? '',
+        { metadata: meta },
+        {
+          type: 'merge',
+          namespace: obj.metadata.namespace ?? '',
+        },
+      );
+    } catch (err) {
+      if (!isNotFound(err)) throw err;
+    }
+  }
+
+  /** Writes a condition list through the status subresource, conditional on resourceVersion. */
+  private async patchConditions(
+    res: ResourceType,
+    obj: CachedMachineSet | CachedMachineDeployment,
+    status: Record<string, unknown>,
+  ): Promise<void> {
+    try {
+      await this.ctx.client.patch(
+        res,
+        obj.metadata.name ?? '',
+        { metadata: { resourceVersion: obj.metadata.resourceVersion }, status },
+        { type: 'merge', namespace: obj.metadata.namespace ?? '', subresource: 'status' },
+      );
+    } catch (err) {
+      if (!isNotFound(err)) throw err;
+    }
+  }
+
+  private async freezeSet(ms: CachedMachineSet, reason: string, message: string): Promise<void> {
+    const conds = setCondition(
+      ms.status?.machineSetCondition,
+      { type: MachineSetConditionType.Frozen, status: 'True', reason, message },
+      this.ctx.clock.now(),
+    );
+    await this.patchConditions(MachineSetResource, ms, { machineSetCondition: conds });
+    await this.patchMeta(MachineSetResource, ms, { labels: { [Label.Freeze]: LabelValue.True } });
+    this.recorder.event(
+      ms,
+      'Normal',
+      EventReason.FrozeMachineSet,
+      `SafetyController: froze MachineSet ${ms.metadata.name ?? ''}: ${message}`,
+    );
+  }
+
+  private async unfreezeSet(ms: CachedMachineSet): Promise<void> {
+    if (findCondition(ms.status?.machineSetCondition, MachineSetConditionType.Frozen) !== undefined) {
+      const conds = removeCondition(ms.status?.machineSetCondition, MachineSetConditionType.Frozen);
+      await this.patchConditions(MachineSetResource, ms, {
+        machineSetCondition: conds.length > 0 ? conds : null,
+      });
+    }
+    await this.patchMeta(MachineSetResource, ms, {
+      labels: { [Label.Freeze]: null },
+      annotations: { [Annotation.SafetyUnfreeze]: null },
+    });
+    this.recorder.event(
+      ms,
+      'Normal',
+      EventReason.UnfrozeMachineSet,
+      `SafetyController: unfroze MachineSet ${ms.metadata.name ?? ''}`,
+    );
+  }
+
+  private async freezeDeployment(
+    mcd: CachedMachineDeployment,
+    reason: string,
+    message: string,
+  ): Promise<void> {
+    const conds = setCondition(
+      mcd.status?.conditions,
+      { type: MachineDeploymentConditionType.Frozen, status: 'True', reason, message },
+      this.ctx.clock.now(),
+      { withUpdateTime: true },
+    );
+    await this.patchConditions(MachineDeploymentResource, mcd, { conditions: conds });
+    await this.patchMeta(MachineDeploymentResource, mcd, { labels: { [Label.Freeze]: LabelValue.True } });
+  }
+
+  private async unfreezeDeployment(mcd: CachedMachineDeployment, reason: string): Promise<void> {
+    if (findCondition(mcd.status?.conditions, MachineDeploymentConditionType.Frozen) !== undefined) {
+      const conds = removeCondition(mcd.status?.conditions, MachineDeploymentConditionType.Frozen);
+      await this.patchConditions(MachineDeploymentResource, mcd, {
+        conditions: conds.length > 0 ? conds : null,
+      });
+    }
+    await this.patchMeta(MachineDeploymentResource, mcd, {
+      labels: { [Label.Freeze]: null },
+      annotations: { [Annotation.SafetyUnfreeze]: null },
+    });
+    this.ctx.logger.info('unfroze MachineDeployment', { machineDeployment: objectKey(mcd), reason });
+  }
+}

@@ -1,0 +1,206 @@
+import { expect } from 'chai';
+
+import {
+  API_VERSION,
+  MachineDeploymentResource,
+  MachineResource,
+  MachineSetResource,
+  type MachineDeployment,
+  type MachineSet,
+} from '../../../lib/api/types.js';
+import { OvershootSafetyController, overshootThresholds } from '../../../lib/controllers/safety/overshoot.js';
+import { nullLogger } from '../../../lib/observability/logger.js';
+import { NS, machine, machineDeployment, machineSet } from './builders.js';
+import { ControllerTestEnv } from './env.js';
+
+const rctx = { log: nullLogger, signal: new AbortController().signal };
+
+function ownedBy(ms: MachineSet, mcd: MachineDeployment): MachineSet {
+  ms.metadata.ownerReferences = [
+    {
+      apiVersion: API_VERSION,
+      kind: 'MachineDeployment',
+      name: mcd.metadata.name ?? '',
+      uid: mcd.metadata.uid ?? '',
+      controller: true,
+    },
+  ];
+  return ms;
+}
+
+describe('overshoot thresholds', () => {
+  const cases: {
+    name: string;
+    ms: number;
+    mcd?: { replicas: number; surge?: number | string };
+    want: [number, number];
+  }[] = [
+    { name: 'standalone set: 2 x replicas + safetyUp', ms: 3, want: [8, 7] },
+    { name: 'standalone set with 0 replicas', ms: 0, want: [2, 1] },
+    {
+      name: 'set of a deployment: replicas + surge + safetyUp',
+      ms: 3,
+      mcd: { replicas: 5, surge: 2 },
+      want: [9, 8],
+    },
+    { name: 'percentage surge rounds up', ms: 1, mcd: { replicas: 10, surge: '25%' }, want: [15, 14] },
+  ];
+  for (const tc of cases) {
+    it(tc.name, () => {
+      let mcd: MachineDeployment | undefined;
+      if (tc.mcd !== undefined) {
+        mcd = machineDeployment('d', tc.mcd.replicas);
+        if (mcd.spec?.strategy?.rollingUpdate !== undefined)
+          mcd.spec.strategy.rollingUpdate.maxSurge = tc.mcd.surge ?? 0;
+      }
+      const t = overshootThresholds(machineSet('s', tc.ms), mcd, 2, 1);
+      expect([t.high, t.low]).to.deep.equal(tc.want);
+    });
+  }
+});
+
+describe('OvershootSafetyController', () => {
+  let env: ControllerTestEnv;
+  let safety: OvershootSafetyController;
+
+  beforeEach(() => {
+    env = new ControllerTestEnv();
+  });
+  afterEach(async () => {
+    await env.stop();
+  });
+
+  async function start(): Promise<void> {
+    safety = new OvershootSafetyController(env.ctx);
+    await env.start();
+    env.api.clearActions();
+  }
+
+  it('freezes a set (label, condition, event) and its deployment when its machines reach the high threshold', async () => {
+    const mcd = machineDeployment('d', 2); // maxSurge 1 -> high = 2 + 1 + 2 = 5
+    const ms = ownedBy(machineSet('ms', 2), mcd);
+    env.seed(MachineDeploymentResource, mcd);
+    env.seed(MachineSetResource, ms);
+    for (let i = 0; i < 5; i++) env.seed(MachineResource, machine(`m${i}`, { owner: ms }));
+    await start();
+    await safety.reconcile(`machineset:${NS}/ms`, rctx);
+    const gotMs = env.api.peek<MachineSet>(MachineSetResource, 'ms', NS);
+    expect(gotMs?.metadata.labels?.freeze).to.equal('True');
+    expect(gotMs?.status?.machineSetCondition?.[0]).to.deep.include({
+      type: 'Frozen',
+      status: 'True',
+      reason: 'OverShootingReplicaCount',
+    });
+    const gotMcd = env.api.peek<MachineDeployment>(MachineDeploymentResource, 'd', NS);
+    expect(gotMcd?.metadata.labels?.freeze).to.equal('True');
+    expect(gotMcd?.status?.conditions?.[0]).to.deep.include({
+      type: 'Frozen',
+      reason: 'OverShootingReplicaCount',
+    });
+    expect(env.recorder.reasons()).to.deep.equal(['FrozeMachineSet']);
+  });
+
+  it('does not freeze below the threshold and does not count terminating machines', async () => {
+    const ms = machineSet('ms', 1); // standalone: high = 4
+    env.seed(MachineSetResource, ms);
+    for (let i = 0; i < 3; i++) env.seed(MachineResource, machine(`m${i}`, { owner: ms }));
+    for (let i = 0; i < 5; i++) env.seed(MachineResource, machine(`t${i}`, { owner: ms, deleting: true }));
+    await start();
+    await safety.reconcile(`machineset:${NS}/ms`, rctx);
+    expect(env.api.writes()).to.deep.equal([]);
+  });
+
+  it('unfreezes the set automatically once the count falls to the low threshold, then the deployment', async () => {
+    const mcd = machineDeployment('d', 2);
+    mcd.metadata.labels = { freeze: 'True' };
+    mcd.status = { conditions: [{ type: 'Frozen', status: 'True', reason: 'OverShootingReplicaCount' }] };
+    const ms = ownedBy(machineSet('ms', 2, { labels: { freeze: 'True' } }), mcd);
+    ms.status = {
+      machineSetCondition: [{ type: 'Frozen', status: 'True', reason: 'OverShootingReplicaCount' }],
+    };
+    env.seed(MachineDeploymentResource, mcd);
+    env.seed(MachineSetResource, ms);
+    for (let i = 0; i < 4; i++) env.seed(MachineResource, machine(`m${i}`, { owner: ms })); // low = 4
+    await start();
+    await safety.reconcile(`machineset:${NS}/ms`, rctx);
+    const gotMs = env.api.peek<MachineSet>(MachineSetResource, 'ms', NS);
+    expect(gotMs?.metadata.labels?.freeze).to.equal(undefined);
+    expect(gotMs?.status?.machineSetCondition).to.equal(undefined);
+    expect(env.recorder.reasons()).to.deep.equal(['UnfrozeMachineSet']);
+    await env.settle();
+    await safety.reconcile(`machinedeployment:${NS}/d`, rctx);
+    const gotMcd = env.api.peek<MachineDeployment>(MachineDeploymentResource, 'd', NS);
+    expect(gotMcd?.metadata.labels?.freeze).to.equal(undefined);
+    expect(gotMcd?.status?.conditions).to.equal(undefined);
+  });
+
+  it('keeps a deployment frozen while another of its sets is frozen', async () => {
+    const mcd = machineDeployment('d', 2);
+    mcd.metadata.labels = { freeze: 'True' };
+    mcd.status = { conditions: [{ type: 'Frozen', status: 'True', reason: 'OverShootingReplicaCount' }] };
+    const frozen = ownedBy(machineSet('a', 2, { labels: { freeze: 'True' } }), mcd);
+    const fine = ownedBy(machineSet('b', 2), mcd);
+    env.seed(MachineDeploymentResource, mcd);
+    env.seed(MachineSetResource, frozen, fine);
+    await start();
+    await safety.reconcile(`machinedeployment:${NS}/d`, rctx);
+    expect(env.api.writes()).to.deep.equal([]);
+  });
+
+  it('freezes a deployment whose set is frozen but which itself is not (state sync)', async () => {
+    const mcd = machineDeployment('d', 2);
+    const frozen = ownedBy(machineSet('a', 2, { labels: { freeze: 'True' } }), mcd);
+    env.seed(MachineDeploymentResource, mcd);
+    env.seed(MachineSetResource, frozen);
+    await start();
+    await safety.reconcile(`machinedeployment:${NS}/d`, rctx);
+    const gotMcd = env.api.peek<MachineDeployment>(MachineDeploymentResource, 'd', NS);
+    expect(gotMcd?.metadata.labels?.freeze).to.equal('True');
+    expect(gotMcd?.status?.conditions?.[0]).to.deep.include({
+      type: 'Frozen',
+      reason: 'MachineDeploymentStateSync',
+    });
+  });
+
+  it('unfreezes on the manual unfreeze annotation, and a deployment passes it on to its sets', async () => {
+    const mcd = machineDeployment('d', 2);
+    mcd.metadata.labels = { freeze: 'True' };
+    mcd.metadata.annotations = { 'safety.machine.sapcloud.io/unfreeze': 'True' };
+    const ms = ownedBy(machineSet('ms', 2, { labels: { freeze: 'True' } }), mcd);
+    env.seed(MachineDeploymentResource, mcd);
+    env.seed(MachineSetResource, ms);
+    await start();
+    await safety.reconcile(`machinedeployment:${NS}/d`, rctx);
+    const gotMcd = env.api.peek<MachineDeployment>(MachineDeploymentResource, 'd', NS);
+    expect(gotMcd?.metadata.labels?.freeze).to.equal(undefined);
+    expect(gotMcd?.metadata.annotations?.['safety.machine.sapcloud.io/unfreeze']).to.equal(undefined);
+    expect(
+      env.api.peek<MachineSet>(MachineSetResource, 'ms', NS)?.metadata.annotations?.[
+        'safety.machine.sapcloud.io/unfreeze'
+      ],
+    ).to.equal('True');
+    await env.settle();
+    await safety.reconcile(`machineset:${NS}/ms`, rctx);
+    const gotMs = env.api.peek<MachineSet>(MachineSetResource, 'ms', NS);
+    expect(gotMs?.metadata.labels?.freeze).to.equal(undefined);
+    expect(gotMs?.metadata.annotations?.['safety.machine.sapcloud.io/unfreeze']).to.equal(undefined);
+  });
+
+  it('checks every set and deployment each overshooting period', async () => {
+    const ms = machineSet('ms', 0); // high = 2
+    env.seed(MachineSetResource, ms);
+    env.seed(MachineResource, machine('a', { owner: ms }), machine('b', { owner: ms }));
+    await start();
+    safety.start();
+    try {
+      await env.clock.advance(60_000);
+      await env.settle();
+      await new Promise((r) => setTimeout(r, 20));
+      expect(env.api.peek<MachineSet>(MachineSetResource, 'ms', NS)?.metadata.labels?.freeze).to.equal(
+        'True',
+      );
+    } finally {
+      await safety.stop();
+    }
+  });
+});
