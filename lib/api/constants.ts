@@ -345,6 +345,11 @@ export const ConditionReason = {
   OverShootingReplicaCount: 'OverShootingReplicaCount',
   UnderShootingReplicaCount: 'UnderShootingReplicaCount',
   MachineDeploymentStateSync: 'MachineDeploymentStateSync',
+  // Additions of this implementation (not in gardener MCM)
+  /** ReplicaFailure: the spec cannot be acted on (it passed admission, e.g. stored before the CRD). */
+  InvalidSpec: 'InvalidSpec',
+  /** Progressing=False: the InPlaceUpdate strategy is not implemented; machines scale but never roll. */
+  InPlaceUpdateNotSupported: 'InPlaceUpdateNotSupported',
 } as const;
 export type ConditionReason = ValueOf<typeof ConditionReason>;
 

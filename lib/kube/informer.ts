@@ -25,6 +25,15 @@ export function clone<T>(obj: DeepReadonly<T> | T): T {
   return structuredClone(obj) as T;
 }
 
+/**
+ * What the cache keeps of an object: everything but metadata.managedFields, which no controller
+ * reads and which often outweighs the rest of the object.
+ */
+function prepare<T extends KubeObject>(obj: T): DeepReadonly<T> {
+  if (obj.metadata.managedFields !== undefined) delete obj.metadata.managedFields;
+  return deepFreeze(obj);
+}
+
 function deepFreeze<T>(obj: T): DeepReadonly<T> {
   if (obj !== null && typeof obj === 'object' && !Object.isFrozen(obj)) {
     Object.freeze(obj);
@@ -65,9 +74,12 @@ export type IndexFunc<T> = (obj: DeepReadonly<T>) => readonly string[];
 export const namespaceIndex = <T extends KubeObject>(obj: DeepReadonly<T>): string[] =>
   obj.metadata.namespace === undefined ? [] : [obj.metadata.namespace];
 
+/** Index value of objects without a controller reference (orphans) in the controller-UID index. */
+export const NO_CONTROLLER = '';
+
 export const controllerOwnerUIDIndex = <T extends KubeObject>(obj: DeepReadonly<T>): string[] => {
   const ref = obj.metadata.ownerReferences?.find((r) => r.controller === true);
-  return ref === undefined ? [] : [ref.uid];
+  return [ref === undefined ? NO_CONTROLLER : ref.uid];
 };
 
 /** Index by the value of one label. */
@@ -404,7 +416,7 @@ export class Informer<T extends KubeObject> implements Lister<T> {
     const initial = !this.synced;
     const seen = new Set<string>();
     for (const raw of items) {
-      const obj = deepFreeze(raw);
+      const obj = prepare(raw);
       const key = objectKey(obj);
       seen.add(key);
       const old = this.put(key, obj);
@@ -458,7 +470,7 @@ export class Informer<T extends KubeObject> implements Lister<T> {
     switch (ev.type) {
       case 'ADDED':
       case 'MODIFIED': {
-        const obj = deepFreeze(ev.object);
+        const obj = prepare(ev.object);
         const old = this.put(objectKey(obj), obj);
         this.resourceVersion = obj.metadata.resourceVersion ?? this.resourceVersion;
         if (old === undefined) for (const h of this.handlers) this.call(() => h.onAdd?.(obj, false));
@@ -466,7 +478,7 @@ export class Informer<T extends KubeObject> implements Lister<T> {
         break;
       }
       case 'DELETED': {
-        const obj = deepFreeze(ev.object);
+        const obj = prepare(ev.object);
         const old = this.remove(objectKey(obj));
         this.resourceVersion = obj.metadata.resourceVersion ?? this.resourceVersion;
         // Deliver the state from the event (the newest), even if it was not cached.

@@ -18,9 +18,16 @@ import {
 } from '../../api/types.js';
 import { formatValidationErrors, validateMachineSet } from '../../api/validation.js';
 import { Controller, type ReconcileContext, type ReconcileResult } from '../../kube/controller.js';
+import { jsonEqual } from '../../kube/equal.js';
 import { errorMessage, isConflict, isNotFound } from '../../kube/errors.js';
 import type { EventRecorder } from '../../kube/events.js';
-import { clone, objectKey, type DeepReadonly } from '../../kube/informer.js';
+import {
+  CONTROLLER_UID_INDEX,
+  NO_CONTROLLER,
+  clone,
+  objectKey,
+  type DeepReadonly,
+} from '../../kube/informer.js';
 import { selectorMatches } from '../../kube/labels.js';
 import type { Logger } from '../../observability/logger.js';
 import { rfc3339 } from '../conditions.js';
@@ -44,10 +51,6 @@ export const MACHINESET_RESYNC_MS = 10 * 60 * 1000;
 
 type CachedMachine = DeepReadonly<Machine>;
 type CachedMachineSet = DeepReadonly<MachineSet>;
-
-function same(a: unknown, b: unknown): boolean {
-  return JSON.stringify(a) === JSON.stringify(b);
-}
 
 /**
  * Keeps each MachineSet's machines at its replica count: adopts and releases machines by
@@ -226,7 +229,7 @@ export class MachineSetController {
   }
 
   private async writeStatus(ms: MachineSet, status: MachineSetStatus): Promise<void> {
-    if (same(ms.status ?? {}, status)) return;
+    if (jsonEqual(ms.status ?? {}, status)) return;
     await this.ctx.client.updateStatus(MachineSetResource, { ...ms, status });
   }
 
@@ -239,7 +242,13 @@ export class MachineSetController {
       uid: ms.metadata.uid ?? '',
       deleting,
     };
-    const plan = planClaim(owner, ms.spec?.selector, this.ctx.informers.machines.list(ms.metadata.namespace));
+    // Only this set's machines and orphans can be claimed: two index lookups, not a namespace scan.
+    const machines = this.ctx.informers.machines;
+    const candidates = [
+      ...machines.byIndex(CONTROLLER_UID_INDEX, owner.uid),
+      ...machines.byIndex(CONTROLLER_UID_INDEX, NO_CONTROLLER),
+    ].filter((m) => m.metadata.namespace === ms.metadata.namespace);
+    const plan = planClaim(owner, ms.spec?.selector, candidates);
     const owned: AnyMachine[] = [...plan.owned];
     if (plan.adopt.length > 0) {
       // Re-check with a live read that the set still exists and is not being deleted, so that a

@@ -1,5 +1,6 @@
 import { Annotation, PreserveValue } from '../../api/constants.js';
 import type { MachineConfiguration, MachineSet } from '../../api/types.js';
+import { jsonEqual } from '../../kube/equal.js';
 import type { DeepReadonly } from '../../kube/informer.js';
 import { isFailed, isTerminating, type AnyMachine } from '../machines.js';
 
@@ -15,9 +16,7 @@ export const MACHINE_CONFIGURATION_FIELDS = [
   'nodeConditions',
 ] as const satisfies readonly (keyof MachineConfiguration)[];
 
-function same(a: unknown, b: unknown): boolean {
-  return JSON.stringify(a ?? null) === JSON.stringify(b ?? null);
-}
+const same = jsonEqual;
 
 /**
  * The merge patch bringing a machine's node template, machine configuration and class kind in

@@ -71,5 +71,5 @@ export function calculateStatus({ ms, machines, now, replicaFailure }: StatusInp
 export const ReplicaFailureReason = {
   FailedCreate: ConditionReason.FailedCreate,
   FailedDelete: ConditionReason.FailedDelete,
-  InvalidSpec: 'InvalidSpec',
+  InvalidSpec: ConditionReason.InvalidSpec,
 } as const;

@@ -3,7 +3,13 @@ import { expect } from 'chai';
 import type { KubeObject } from '../../../lib/api/core.js';
 import { FakeClock } from '../../../lib/kube/clock.js';
 import { UnavailableError } from '../../../lib/kube/errors.js';
-import { CONTROLLER_UID_INDEX, Informer, labelIndex, type DeepReadonly } from '../../../lib/kube/informer.js';
+import {
+  CONTROLLER_UID_INDEX,
+  Informer,
+  NO_CONTROLLER,
+  labelIndex,
+  type DeepReadonly,
+} from '../../../lib/kube/informer.js';
 import type { ResourceType } from '../../../lib/kube/resources.js';
 import { CapturingLogger, nullLogger } from '../../../lib/observability/logger.js';
 import { FakeKube } from '../../fakes/kube.js';
@@ -141,6 +147,23 @@ describe('Informer (against the in-memory API)', () => {
     expect(inf.byIndex(CONTROLLER_UID_INDEX, 'owner-1').map((o) => o.metadata.name)).to.deep.equal(['b']);
     expect(inf.list('ns')).to.have.length(2);
     expect(inf.list('other')).to.have.length(0);
+  });
+
+  it('indexes objects without a controller reference under NO_CONTROLLER and drops managedFields', async () => {
+    api.seed(widgets, {
+      ...widget('c'),
+      metadata: { ...widget('c').metadata, managedFields: [{ manager: 'kubectl' }] },
+    });
+    newInformer();
+    inf.start();
+    await inf.waitForSync();
+    expect(
+      inf
+        .byIndex(CONTROLLER_UID_INDEX, NO_CONTROLLER)
+        .map((o) => o.metadata.name)
+        .sort(),
+    ).to.deep.equal(['a', 'b', 'c']);
+    expect(inf.get('ns', 'c')?.metadata.managedFields).to.equal(undefined);
   });
 
   it('hands out frozen objects, so a mutation of the cache throws', async () => {

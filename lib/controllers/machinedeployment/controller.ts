@@ -1,0 +1,368 @@
+import {
+  EventReason,
+  EventSource,
+  Finalizer,
+  Label,
+  LabelValue,
+  MachineDeploymentConditionType,
+  StrategyType,
+} from '../../api/constants.js';
+import {
+  MachineDeploymentResource,
+  MachineSetResource,
+  type Machine,
+  type MachineDeployment,
+  type MachineSet,
+} from '../../api/types.js';
+import { formatValidationErrors, validateMachineDeployment } from '../../api/validation.js';
+import { Controller, type ReconcileContext, type ReconcileResult } from '../../kube/controller.js';
+import { isConflict, isNotFound } from '../../kube/errors.js';
+import type { EventRecorder } from '../../kube/events.js';
+import { clone, objectKey, type DeepReadonly } from '../../kube/informer.js';
+import { isEmptySelector, selectorMatches } from '../../kube/labels.js';
+import type { Logger } from '../../observability/logger.js';
+import { findCondition, removeCondition, setCondition } from '../conditions.js';
+import type { ControllerContext } from '../context.js';
+import { controllerRefOf } from '../machines.js';
+import { addFinalizer, removeFinalizer } from '../ownership.js';
+import { stableStringify } from './hash.js';
+import { processTriggerDeletion, propagateScalerTime } from './autoscaler.js';
+import { ExtraProgressingReason, INVALID_SPEC_REASON, syncStatus, withPauseCondition } from './progress.js';
+import { rolloutRecreate } from './recreate.js';
+import { rollback } from './rollback.js';
+import { rolloutRolling } from './rolling.js';
+import {
+  claimMachineSets,
+  DeploymentPass,
+  deploymentTypeMeta,
+  findNewMachineSet,
+  isScalingEvent,
+  syncScaling,
+  type PassDeps,
+} from './sync.js';
+
+/** MCM re-syncs every MachineDeployment this often even without events. */
+export const MACHINEDEPLOYMENT_RESYNC_MS = 10 * 60 * 1000;
+
+/** How soon to look again after marking machines for the autoscaler, should no event arrive. */
+const MARK_SETTLE_MS = 1000;
+
+type CachedDeployment = DeepReadonly<MachineDeployment>;
+type CachedMachineSet = DeepReadonly<MachineSet>;
+type CachedMachine = DeepReadonly<Machine>;
+
+const IN_PLACE_UNSUPPORTED_MESSAGE =
+  'The InPlaceUpdate strategy is not supported by this machine-controller-manager: the machine deployment is ' +
+  'scaled, but template changes are not rolled out. Use RollingUpdate or Recreate.';
+
+/**
+ * Rolls MachineDeployments out over MachineSets (gardener MCM semantics): claims its sets, keeps
+ * one "new" set per template with revision bookkeeping, scales sets when replicas change
+ * (proportionally during a rollout), replaces machines by RollingUpdate or Recreate within the
+ * surge and availability limits, rolls back on spec.rollbackTo, pauses, cleans up old sets,
+ * reports status and progress, marks the machines the autoscaler asked to delete, and keeps nodes
+ * tainted and protected from autoscaler scale-down during rollouts.
+ *
+ * The InPlaceUpdate strategy is not implemented: such deployments are scaled but never rolled,
+ * and Progressing=False (InPlaceUpdateNotSupported) plus a Warning event say so.
+ */
+export class MachineDeploymentController {
+  readonly controller: Controller;
+  private readonly recorder: EventRecorder;
+
+  constructor(
+    private readonly ctx: ControllerContext,
+    workers = 5,
+  ) {
+    this.recorder = ctx.recorderFor(EventSource.MachineDeploymentController);
+    this.controller = new Controller({
+      name: 'machinedeployment',
+      workers,
+      reconciler: { reconcile: (key, rctx) => this.reconcile(key, rctx) },
+      clock: ctx.clock,
+      logger: ctx.logger,
+      registry: ctx.registry,
+      isRequeueError: isConflict,
+    });
+    this.wire();
+  }
+
+  start(): void {
+    this.controller.start();
+  }
+
+  async stop(): Promise<void> {
+    await this.controller.stop();
+  }
+
+  // ---- event wiring ----
+
+  private enqueue(mcd: CachedDeployment): void {
+    this.controller.enqueue(objectKey(mcd));
+  }
+
+  /** The deployment controlling a set, if the cache has it with the referenced UID. */
+  private deploymentOf(ms: CachedMachineSet): CachedDeployment | undefined {
+    const ref = controllerRefOf(ms);
+    if (ref?.kind !== MachineDeploymentResource.kind) return undefined;
+    const mcd = this.ctx.informers.machineDeployments.get(ms.metadata.namespace, ref.name);
+    return mcd?.metadata.uid === ref.uid ? mcd : undefined;
+  }
+
+  /** Deployments whose selector matches an orphaned set: one of them may adopt it. */
+  private enqueueSelecting(ms: CachedMachineSet): void {
+    for (const mcd of this.ctx.informers.machineDeployments.list(ms.metadata.namespace)) {
+      const selector = mcd.spec?.selector;
+      if (
+        selector !== undefined &&
+        !isEmptySelector(selector) &&
+        selectorMatches(selector, ms.metadata.labels)
+      ) {
+        this.enqueue(mcd);
+      }
+    }
+  }
+
+  private enqueueForSet(ms: CachedMachineSet): void {
+    const owner = this.deploymentOf(ms);
+    if (owner !== undefined) this.enqueue(owner);
+    else if (controllerRefOf(ms) === undefined) this.enqueueSelecting(ms);
+  }
+
+  /** The deployment owning a machine's set: machine changes drive Recreate and status. */
+  private enqueueForMachine(m: CachedMachine): void {
+    const ref = controllerRefOf(m);
+    if (ref?.kind !== MachineSetResource.kind) return;
+    const ms = this.ctx.informers.machineSets.get(m.metadata.namespace, ref.name);
+    if (ms?.metadata.uid !== ref.uid) return;
+    const mcd = this.deploymentOf(ms);
+    if (mcd !== undefined) this.enqueue(mcd);
+  }
+
+  private wire(): void {
+    const { machineDeployments, machineSets, machines } = this.ctx.informers;
+    machineDeployments.addHandler({
+      onAdd: (mcd) => {
+        this.enqueue(mcd);
+      },
+      onUpdate: (_old, mcd) => {
+        this.enqueue(mcd);
+      },
+      onDelete: (mcd) => {
+        this.enqueue(mcd);
+      },
+    });
+    machineSets.addHandler({
+      onAdd: (ms) => {
+        this.enqueueForSet(ms);
+      },
+      onUpdate: (old, ms) => {
+        if (old.metadata.resourceVersion === ms.metadata.resourceVersion) return;
+        const oldOwner = this.deploymentOf(old);
+        if (oldOwner !== undefined && oldOwner.metadata.uid !== this.deploymentOf(ms)?.metadata.uid)
+          this.enqueue(oldOwner);
+        this.enqueueForSet(ms);
+      },
+      onDelete: (ms) => {
+        const owner = this.deploymentOf(ms);
+        if (owner !== undefined) this.enqueue(owner);
+      },
+    });
+    machines.addHandler({
+      onAdd: (m) => {
+        this.enqueueForMachine(m);
+      },
+      onUpdate: (old, m) => {
+        if (old.metadata.resourceVersion === m.metadata.resourceVersion) return;
+        this.enqueueForMachine(m);
+      },
+      onDelete: (m) => {
+        this.enqueueForMachine(m);
+      },
+    });
+  }
+
+  // ---- reconcile ----
+
+  async reconcile(key: string, { log }: ReconcileContext): Promise<ReconcileResult> {
+    const cached = this.ctx.informers.machineDeployments.getByKey(key);
+    if (cached === undefined) return {};
+    let mcd = clone<MachineDeployment>(cached);
+    const deleting = mcd.metadata.deletionTimestamp !== undefined;
+    if (mcd.metadata.labels?.[Label.Freeze] === LabelValue.True && !deleting) {
+      log.verbose(
+        'machine deployment is frozen by the safety controller; its sets do not scale up, but it is still reconciled',
+      );
+    }
+
+    const problems = validateMachineDeployment(mcd);
+    if (problems.length > 0) {
+      await this.reportInvalidSpec(mcd, formatValidationErrors(problems), log);
+      return {};
+    }
+
+    if (!deleting && !(mcd.metadata.finalizers ?? []).includes(Finalizer.MachineControllerManager)) {
+      mcd = await addFinalizer(
+        this.ctx.client,
+        MachineDeploymentResource,
+        mcd,
+        Finalizer.MachineControllerManager,
+      );
+    }
+
+    if (isEmptySelector(mcd.spec?.selector)) {
+      this.recorder.event(
+        mcd,
+        'Warning',
+        EventReason.SelectingAll,
+        'This deployment is selecting all machines. A non-empty selector is required.',
+      );
+      const generation = mcd.metadata.generation ?? 0;
+      if ((mcd.status?.observedGeneration ?? 0) < generation) {
+        await this.ctx.client.updateStatus(MachineDeploymentResource, {
+          ...deploymentTypeMeta(mcd),
+          status: { ...(mcd.status ?? {}), observedGeneration: generation },
+        });
+      }
+      return {};
+    }
+
+    const sets = await claimMachineSets(this.ctx.client, this.ctx.informers, mcd, deleting);
+    const pass = new DeploymentPass(this.deps(), mcd, sets, log);
+    if (deleting) {
+      await this.terminate(pass);
+      return {};
+    }
+    return { requeueAfter: await this.sync(pass) };
+  }
+
+  private deps(): PassDeps {
+    return {
+      client: this.ctx.client,
+      target: this.ctx.target,
+      informers: this.ctx.informers,
+      clock: this.ctx.clock,
+      recorder: this.recorder,
+      settings: this.ctx.settings,
+    };
+  }
+
+  /** The work of a live deployment, in MCM's order; returns when to reconcile again. */
+  private async sync(pass: DeploymentPass): Promise<number> {
+    const spec = pass.mcd.spec;
+    const strategy = spec?.strategy?.type;
+    pass.status.conditions = withPauseCondition(pass.status.conditions, spec?.paused === true, pass.now);
+    if (strategy !== StrategyType.InPlaceUpdate) this.clearInPlaceCondition(pass);
+
+    if (!(await processTriggerDeletion(pass))) {
+      await syncStatus(pass, findNewMachineSet(pass.mcd, pass.sets));
+      return MARK_SETTLE_MS;
+    }
+
+    let deadlineCheck: number | undefined;
+    if (spec?.paused === true) {
+      await syncStatus(pass, await syncScaling(pass, { createIfMissing: false }));
+    } else if (spec?.rollbackTo !== undefined) {
+      // The spec update re-enqueues the deployment; the rollout follows on the next pass.
+      await rollback(pass);
+      return MACHINEDEPLOYMENT_RESYNC_MS;
+    } else if (strategy === StrategyType.InPlaceUpdate) {
+      this.reportInPlaceUnsupported(pass);
+      // Creating the first set is no rollout: a new deployment still gets its machines.
+      await syncStatus(pass, await syncScaling(pass, { createIfMissing: pass.sets.length === 0 }));
+    } else if (this.scalingEvent(pass)) {
+      pass.log.verbose('scaling event', { replicas: pass.replicas });
+      await syncStatus(pass, await syncScaling(pass, { createIfMissing: false }));
+    } else if (strategy === StrategyType.Recreate) {
+      deadlineCheck = await rolloutRecreate(pass);
+    } else {
+      deadlineCheck = await rolloutRolling(pass);
+    }
+    await propagateScalerTime(pass);
+    return Math.min(deadlineCheck ?? MACHINEDEPLOYMENT_RESYNC_MS, MACHINEDEPLOYMENT_RESYNC_MS);
+  }
+
+  private scalingEvent(pass: DeploymentPass): boolean {
+    const newSet = findNewMachineSet(pass.mcd, pass.sets);
+    return isScalingEvent({
+      replicas: pass.replicas,
+      newSet: newSet === undefined ? undefined : pass.stateOf(newSet),
+      allSets: pass.sets.map((s) => pass.stateOf(s)),
+    });
+  }
+
+  private reportInPlaceUnsupported(pass: DeploymentPass): void {
+    const cond = findCondition(pass.status.conditions, MachineDeploymentConditionType.Progressing);
+    if (cond?.reason === ExtraProgressingReason.InPlaceUpdateNotSupported) return;
+    pass.setCondition(
+      MachineDeploymentConditionType.Progressing,
+      'False',
+      ExtraProgressingReason.InPlaceUpdateNotSupported,
+      IN_PLACE_UNSUPPORTED_MESSAGE,
+    );
+    pass.event('Warning', ExtraProgressingReason.InPlaceUpdateNotSupported, IN_PLACE_UNSUPPORTED_MESSAGE);
+  }
+
+  /** Forgets the unsupported-strategy condition once the strategy changed, so no deadline runs from it. */
+  private clearInPlaceCondition(pass: DeploymentPass): void {
+    const cond = findCondition(pass.status.conditions, MachineDeploymentConditionType.Progressing);
+    if (cond?.reason === ExtraProgressingReason.InPlaceUpdateNotSupported) {
+      pass.status.conditions = removeCondition(
+        pass.status.conditions,
+        MachineDeploymentConditionType.Progressing,
+      );
+    }
+  }
+
+  /** Warning event and ReplicaFailure=True (InvalidSpec) with the validation errors; nothing else. */
+  private async reportInvalidSpec(mcd: MachineDeployment, message: string, log: Logger): Promise<void> {
+    log.info('invalid MachineDeployment, not reconciling it', { problems: message });
+    this.recorder.event(mcd, 'Warning', INVALID_SPEC_REASON, message);
+    const conditions = setCondition(
+      mcd.status?.conditions,
+      {
+        type: MachineDeploymentConditionType.ReplicaFailure,
+        status: 'True',
+        reason: INVALID_SPEC_REASON,
+        message,
+      },
+      this.ctx.clock.now(),
+      { withUpdateTime: true },
+    );
+    if (stableStringify(conditions) === stableStringify(mcd.status?.conditions ?? [])) return;
+    await this.ctx.client.updateStatus(MachineDeploymentResource, {
+      ...deploymentTypeMeta(mcd),
+      status: { ...(mcd.status ?? {}), conditions },
+    });
+  }
+
+  /** Deleting: delete every set (their machines go with them), then let the deployment go. */
+  private async terminate(pass: DeploymentPass): Promise<void> {
+    const mcd = pass.mcd;
+    if (!(mcd.metadata.finalizers ?? []).includes(Finalizer.MachineControllerManager)) return;
+    if (pass.sets.length === 0) {
+      await removeFinalizer(
+        this.ctx.client,
+        MachineDeploymentResource,
+        mcd,
+        Finalizer.MachineControllerManager,
+      );
+      return;
+    }
+    for (const ms of pass.sets) {
+      if (ms.metadata.deletionTimestamp !== undefined) continue;
+      try {
+        await this.ctx.client.delete(MachineSetResource, ms.metadata.name ?? '', {
+          namespace: ms.metadata.namespace ?? '',
+          preconditions: { uid: ms.metadata.uid ?? '' },
+        });
+        pass.log.info('deleted machine set of a deleted machine deployment', {
+          machineSet: ms.metadata.name,
+        });
+      } catch (err) {
+        if (!isNotFound(err)) throw err;
+      }
+    }
+    await syncStatus(pass, findNewMachineSet(mcd, pass.sets));
+  }
+}

@@ -1,0 +1,93 @@
+import { expect } from 'chai';
+
+import { ConfigError, defaultConfig, parseArgs, parseDuration } from '../../lib/config.js';
+
+describe('parseDuration (Go duration syntax)', () => {
+  const cases: [string, number][] = [
+    ['0', 0],
+    ['90s', 90_000],
+    ['10m', 600_000],
+    ['1h30m', 5_400_000],
+    ['500ms', 500],
+    ['1.5h', 5_400_000],
+    ['12h0m0s', 43_200_000],
+  ];
+  for (const [text, ms] of cases) {
+    it(`${text} = ${ms} ms`, () => {
+      expect(parseDuration(text)).to.equal(ms);
+    });
+  }
+  for (const bad of ['', '10', 'm', '10x', '1h 30m', '-5s']) {
+    it(`rejects "${bad}"`, () => {
+      expect(() => parseDuration(bad)).to.throw(ConfigError);
+    });
+  }
+});
+
+describe('parseArgs (gardener MCM flag names and defaults)', () => {
+  it('uses MCM defaults when no flag is given', () => {
+    const c = parseArgs([]);
+    expect(c).to.deep.equal(defaultConfig);
+    if (c === 'help') throw new Error('help');
+    expect(c).to.deep.include({
+      namespace: 'default',
+      safetyUp: 2,
+      safetyDown: 1,
+      kubeApiQps: 20,
+      kubeApiBurst: 30,
+      port: 10258,
+    });
+    expect(c.leaderElectLeaseDurationMs).to.equal(15_000);
+  });
+
+  it('accepts --flag=value, --flag value and bare booleans', () => {
+    const c = parseArgs([
+      '--namespace=shoot--a',
+      '--safety-up',
+      '5',
+      '--leader-elect=false',
+      '--autoscaler-scaledown-annotation-during-rollout',
+      '--machine-safety-overshooting-period=30s',
+      '--controllers=machineset,safety',
+      '--v=4',
+    ]);
+    if (c === 'help') throw new Error('help');
+    expect(c).to.deep.include({
+      namespace: 'shoot--a',
+      safetyUp: 5,
+      leaderElect: false,
+      autoscalerScaleDownAnnotationDuringRollout: true,
+      machineSafetyOvershootingPeriodMs: 30_000,
+      controllers: ['machineset', 'safety'],
+      verbosity: 4,
+    });
+  });
+
+  it('accepts and ignores the MCM flags that have no meaning here', () => {
+    expect(() =>
+      parseArgs(['--kube-api-content-type=application/vnd.kubernetes.protobuf', '--profiling']),
+    ).to.not.throw();
+  });
+
+  const errors: [string[], RegExp][] = [
+    [['--no-such-flag=1'], /unknown flag --no-such-flag/],
+    [['--safety-up=-1'], /--safety-up: must be >= 0/],
+    [['--concurrent-syncs=0'], /--concurrent-syncs: must be >= 1/],
+    [['--leader-elect=maybe'], /expected true or false/],
+    [['--controllers=machineset,nope'], /unknown controller "nope"/],
+    [['--target-kubeconfig=none'], /--control-kubeconfig is required/],
+    [['--leader-elect-lease-duration=5s'], /lease-duration must be greater/],
+    [['--port=70000'], /--port must be 0..65535/],
+    [['--namespace'], /needs a value/],
+    [['--leader-elect-resource-lock=configmaps'], /only "leases"/],
+  ];
+  for (const [args, msg] of errors) {
+    it(`rejects ${args.join(' ')} with a clear message`, () => {
+      expect(() => parseArgs(args)).to.throw(ConfigError, msg);
+    });
+  }
+
+  it('returns help for --help', () => {
+    expect(parseArgs(['--help'])).to.equal('help');
+  });
+});
