@@ -174,6 +174,11 @@ export class Manager {
     this.election = elector.run(this.electionAbort.signal);
   }
 
+  /** Whether this manager runs the controllers (always, without leader election). */
+  isLeading(): boolean {
+    return this.config.leaderElect ? this.leading : this.running;
+  }
+
   recorderFor(component: string): EventRecorder {
     const r = new KubeEventRecorder({
       client: this.client,

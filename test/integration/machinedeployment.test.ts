@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 
-import type { CoreEvent } from '../../lib/api/core.js';
+import type { CoreEvent, Node } from '../../lib/api/core.js';
 import {
   API_VERSION,
   MachineDeploymentResource,
@@ -310,6 +310,57 @@ describe('MachineDeployment controller against a real kube-apiserver', function 
       expect(mcd.metadata.labels?.freeze, 'never frozen by the overshoot safety').to.equal(undefined);
     });
   }
+
+  it('protects nodes from autoscaler scale-down and taints old nodes PreferNoSchedule during a rollout, and cleans up after', async () => {
+    const name = 'nodes';
+    await env.client.create(MachineDeploymentResource, newDeployment(name, 2, rolling(1, 0)));
+    await complete(name, 'v1', 2);
+    const oldNodes = (await machinesOf(name)).map((m) => m.metadata.labels?.node ?? '');
+    expect(oldNodes.every((n) => n !== '')).to.equal(true);
+    // A user's own scale-down protection on one node must survive the rollout.
+    await env.client.patch(
+      CoreResources.nodes,
+      oldNodes[0] ?? '',
+      { metadata: { annotations: { 'cluster-autoscaler.kubernetes.io/scale-down-disabled': 'true' } } },
+      { type: 'merge' },
+    );
+    // New machines of this class never become available: the rollout stays in progress.
+    await setTemplateClass(name, NEVER_READY);
+    const nodeOf = (n: string): Promise<Node> => env.client.get<Node>(CoreResources.nodes, n);
+    await until('old nodes protected and tainted', async () => {
+      const nodes = await Promise.all(oldNodes.map(nodeOf));
+      return nodes.every(
+        (n) =>
+          n.metadata.annotations?.['cluster-autoscaler.kubernetes.io/scale-down-disabled'] === 'true' &&
+          (n.spec?.taints ?? []).some(
+            (t) =>
+              t.key === 'deployment.machine.sapcloud.io/prefer-no-schedule' &&
+              t.effect === 'PreferNoSchedule',
+          ),
+      );
+    });
+    const byMcm = await Promise.all(oldNodes.map(nodeOf));
+    expect(
+      byMcm[1]?.metadata.annotations?.['cluster-autoscaler.kubernetes.io/scale-down-disabled-by-mcm'],
+    ).to.equal('true');
+    expect(
+      byMcm[0]?.metadata.annotations?.['cluster-autoscaler.kubernetes.io/scale-down-disabled-by-mcm'],
+    ).to.equal(undefined);
+
+    // Roll forward to a good class: the rollout completes and MCM's own protection goes away.
+    await setTemplateClass(name, 'v2');
+    await complete(name, 'v2', 2);
+    const newNodes = (await machinesOf(name)).map((m) => m.metadata.labels?.node ?? '');
+    await until('protection removed from the nodes MCM annotated', async () => {
+      const nodes = await Promise.all(newNodes.map(nodeOf));
+      return nodes.every(
+        (n) =>
+          n.metadata.annotations?.['cluster-autoscaler.kubernetes.io/scale-down-disabled-by-mcm'] ===
+            undefined &&
+          !(n.spec?.taints ?? []).some((t) => t.key === 'deployment.machine.sapcloud.io/prefer-no-schedule'),
+      );
+    });
+  });
 
   it('Recreate deletes every old machine before creating new ones', async () => {
     await env.client.create(MachineDeploymentResource, newDeployment('recreate', 2, { type: 'Recreate' }));

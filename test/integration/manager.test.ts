@@ -1,0 +1,139 @@
+import http from 'node:http';
+
+import { expect } from 'chai';
+
+import {
+  API_VERSION,
+  MachineResource,
+  MachineSetResource,
+  type Machine,
+  type MachineSet,
+} from '../../lib/api/types.js';
+import { defaultConfig, type ManagerConfig } from '../../lib/config.js';
+import { KubeClient } from '../../lib/kube/client.js';
+import { Manager } from '../../lib/manager.js';
+import { nullLogger } from '../../lib/observability/logger.js';
+import { startControlPlane, type ControlPlane } from '../harness/controlplane.js';
+import { StandInMachineController } from './env/standin.js';
+
+const NS = 'default';
+
+function get(port: number, path: string): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    http
+      .get(`http://127.0.0.1:${port}${path}`, (res) => {
+        let body = '';
+        res.setEncoding('utf8');
+        res.on('data', (d: string) => (body += d));
+        res.on('end', () => {
+          resolve({ status: res.statusCode ?? 0, body });
+        });
+      })
+      .on('error', reject);
+  });
+}
+
+async function until(
+  what: string,
+  cond: () => Promise<boolean> | boolean,
+  timeoutMs = 30_000,
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await cond())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+describe('manager: two replicas with leader election against a real kube-apiserver', function () {
+  this.timeout(240_000);
+  let cp: ControlPlane;
+  let client: KubeClient;
+  let standIn: StandInMachineController;
+  const managers: Manager[] = [];
+
+  before(async function () {
+    this.timeout(240_000);
+    cp = await startControlPlane({ installCRDs: true });
+    client = new KubeClient({ kubeConfig: cp.kubeConfig, qps: 200, burst: 200 });
+    standIn = new StandInMachineController(
+      client,
+      NS,
+      { runningAfterMs: 100, terminateAfterMs: 100 },
+      nullLogger,
+    );
+    await standIn.start();
+  });
+
+  after(async () => {
+    for (const m of managers) await m.stop();
+    await (standIn as StandInMachineController | undefined)?.stop();
+    (client as KubeClient | undefined)?.close();
+    await (cp as ControlPlane | undefined)?.stop();
+  });
+
+  function newManager(): Manager {
+    const config: ManagerConfig = {
+      ...defaultConfig,
+      namespace: NS,
+      address: '127.0.0.1',
+      port: 0,
+      leaderElect: true,
+      leaderElectLeaseDurationMs: 6_000,
+      leaderElectRenewDeadlineMs: 4_000,
+      leaderElectRetryPeriodMs: 1_000,
+    };
+    const m = new Manager(config, { logger: nullLogger, controlKubeConfig: cp.kubeConfig });
+    managers.push(m);
+    return m;
+  }
+
+  async function machines(): Promise<Machine[]> {
+    return (await client.list<Machine>(MachineResource, { namespace: NS, labelSelector: 'set=ha' })).items;
+  }
+
+  it('runs the controllers in exactly one replica, serves health and metrics, and hands over on graceful stop', async () => {
+    const a = newManager();
+    const b = newManager();
+    await a.start();
+    await b.start();
+    await until('one leader', () => a.isLeading() !== b.isLeading());
+    const leader = a.isLeading() ? a : b;
+    const standby = leader === a ? b : a;
+
+    const labels = { set: 'ha' };
+    const ms: MachineSet = {
+      apiVersion: API_VERSION,
+      kind: 'MachineSet',
+      metadata: { name: 'ha', namespace: NS },
+      spec: {
+        replicas: 2,
+        selector: { matchLabels: labels },
+        template: { metadata: { labels }, spec: { class: { kind: 'MachineClass', name: 'c' } } },
+      },
+    };
+    await client.create(MachineSetResource, ms);
+    await until('2 machines', async () => (await machines()).length === 2);
+
+    for (const m of [leader, standby]) {
+      expect((await get(m.port, '/healthz')).status).to.equal(200);
+      expect((await get(m.port, '/readyz')).status).to.equal(200);
+    }
+    const leaderMetrics = (await get(leader.port, '/metrics')).body;
+    expect(leaderMetrics).to.match(/leader_election_master_status\{name="machine-controller-manager"\} 1/);
+    expect(leaderMetrics).to.contain(
+      'controller_runtime_reconcile_total{controller="machineset",result="success"}',
+    );
+    expect((await get(standby.port, '/metrics')).body).to.match(
+      /leader_election_master_status\{name="machine-controller-manager"\} 0/,
+    );
+
+    const stoppedAt = Date.now();
+    await leader.stop();
+    await until('standby leads', () => standby.isLeading(), 10_000);
+    expect(Date.now() - stoppedAt, 'handover after a graceful stop').to.be.below(1_000 * 1.2 + 2_000);
+    await client.scale(MachineSetResource, 'ha', NS, 3);
+    await until('3 machines from the new leader', async () => (await machines()).length === 3);
+    expect((await machines()).length).to.equal(3);
+  });
+});
