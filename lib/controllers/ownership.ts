@@ -1,6 +1,6 @@
 import type { KubeObject, LabelSelector, OwnerReference } from '../api/core.js';
 import type { KubeApi } from '../kube/client.js';
-import type { DeepReadonly } from '../kube/informer.js';
+import type { DeepReadonly, Lister } from '../kube/informer.js';
 import { isEmptySelector, selectorMatches } from '../kube/labels.js';
 import type { ResourceType } from '../kube/resources.js';
 
@@ -139,4 +139,32 @@ export async function removeFinalizer<T extends KubeObject>(
     },
     { type: 'merge', ...(obj.metadata.namespace === undefined ? {} : { namespace: obj.metadata.namespace }) },
   );
+}
+
+type WithSelector = KubeObject & { spec?: { selector?: LabelSelector } };
+
+/**
+ * The object of `kind` controlling `obj`, looked up in a cache and only if it still has the UID
+ * the reference names (a same-named successor is not the owner).
+ */
+export function cachedController<O extends KubeObject>(
+  lister: Lister<O>,
+  obj: Candidate,
+  kind: string,
+): DeepReadonly<O> | undefined {
+  const ref = obj.metadata.ownerReferences?.find((r) => r.controller === true);
+  if (ref?.kind !== kind) return undefined;
+  const owner = lister.get(obj.metadata.namespace, ref.name);
+  return owner?.metadata.uid === ref.uid ? owner : undefined;
+}
+
+/** Cached objects in obj's namespace whose non-empty selector matches obj's labels (may adopt it). */
+export function selectingOwners<O extends WithSelector>(
+  lister: Lister<O>,
+  obj: Candidate,
+): DeepReadonly<O>[] {
+  return lister.list(obj.metadata.namespace).filter((o) => {
+    const sel = o.spec?.selector;
+    return sel !== undefined && !isEmptySelector(sel) && selectorMatches(sel, obj.metadata.labels);
+  });
 }

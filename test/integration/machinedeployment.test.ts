@@ -14,6 +14,7 @@ import {
 import { isAvailable, isTerminating } from '../../lib/controllers/machines.js';
 import { CoreResources } from '../../lib/kube/resources.js';
 import { startMachineEnv, type MachineEnv } from './env/machineenv.js';
+import { until } from './env/until.js';
 
 const NS = 'default';
 /** Machines of this class fail instead of becoming Running (stand-in machine controller). */
@@ -50,26 +51,6 @@ function newDeployment(
   if (extra.revisionHistoryLimit !== undefined && mcd.spec !== undefined)
     mcd.spec.revisionHistoryLimit = extra.revisionHistoryLimit;
   return mcd;
-}
-
-async function until<T>(
-  what: string,
-  fn: () => Promise<T | undefined | false>,
-  timeoutMs = 60_000,
-): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  let last: unknown;
-  for (;;) {
-    try {
-      const v = await fn();
-      if (v !== undefined && v !== false) return v;
-    } catch (err) {
-      last = err;
-    }
-    if (Date.now() > deadline)
-      throw new Error(`timed out waiting for ${what}${last instanceof Error ? `: ${last.message}` : ''}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
 }
 
 const classOf = (o: { spec?: { class?: { name?: string } } | undefined }): string | undefined =>

@@ -11,6 +11,7 @@ import {
 import { isTerminating } from '../../lib/controllers/machines.js';
 import { CoreResources } from '../../lib/kube/resources.js';
 import { startMachineEnv, type MachineEnv } from './env/machineenv.js';
+import { until } from './env/until.js';
 
 const NS = 'default';
 
@@ -26,26 +27,6 @@ function newMachineSet(name: string, replicas: number): MachineSet {
       template: { metadata: { labels }, spec: { class: { kind: 'MachineClass', name: 'small' } } },
     },
   };
-}
-
-async function until<T>(
-  what: string,
-  fn: () => Promise<T | undefined | false>,
-  timeoutMs = 60_000,
-): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  let last: unknown;
-  for (;;) {
-    try {
-      const v = await fn();
-      if (v !== undefined && v !== false) return v;
-    } catch (err) {
-      last = err;
-    }
-    if (Date.now() > deadline)
-      throw new Error(`timed out waiting for ${what}${last instanceof Error ? `: ${last.message}` : ''}`);
-    await new Promise((r) => setTimeout(r, 200));
-  }
 }
 
 /** Records every machine state the apiserver reports for one MachineSet's machines. */

@@ -15,6 +15,7 @@ import { Manager } from '../../lib/manager.js';
 import { nullLogger } from '../../lib/observability/logger.js';
 import { startControlPlane, type ControlPlane } from '../harness/controlplane.js';
 import { StandInMachineController } from './env/standin.js';
+import { until } from './env/until.js';
 
 const NS = 'default';
 
@@ -31,18 +32,6 @@ function get(port: number, path: string): Promise<{ status: number; body: string
       })
       .on('error', reject);
   });
-}
-
-async function until(
-  what: string,
-  cond: () => Promise<boolean> | boolean,
-  timeoutMs = 30_000,
-): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await cond())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
 }
 
 describe('manager: two replicas with leader election against a real kube-apiserver', function () {

@@ -19,12 +19,12 @@ import { Controller, type ReconcileContext, type ReconcileResult } from '../../k
 import { isConflict, isNotFound } from '../../kube/errors.js';
 import type { EventRecorder } from '../../kube/events.js';
 import { clone, objectKey, type DeepReadonly } from '../../kube/informer.js';
-import { isEmptySelector, selectorMatches } from '../../kube/labels.js';
+import { isEmptySelector } from '../../kube/labels.js';
 import type { Logger } from '../../observability/logger.js';
 import { findCondition, removeCondition, setCondition } from '../conditions.js';
 import type { ControllerContext } from '../context.js';
 import { controllerRefOf } from '../machines.js';
-import { addFinalizer, removeFinalizer } from '../ownership.js';
+import { addFinalizer, cachedController, removeFinalizer, selectingOwners } from '../ownership.js';
 import { stableStringify } from './hash.js';
 import { processTriggerDeletion, propagateScalerTime } from './autoscaler.js';
 import { ExtraProgressingReason, INVALID_SPEC_REASON, syncStatus, withPauseCondition } from './progress.js';
@@ -101,26 +101,14 @@ export class MachineDeploymentController {
     this.controller.enqueue(objectKey(mcd));
   }
 
-  /** The deployment controlling a set, if the cache has it with the referenced UID. */
   private deploymentOf(ms: CachedMachineSet): CachedDeployment | undefined {
-    const ref = controllerRefOf(ms);
-    if (ref?.kind !== MachineDeploymentResource.kind) return undefined;
-    const mcd = this.ctx.informers.machineDeployments.get(ms.metadata.namespace, ref.name);
-    return mcd?.metadata.uid === ref.uid ? mcd : undefined;
+    return cachedController(this.ctx.informers.machineDeployments, ms, MachineDeploymentResource.kind);
   }
 
   /** Deployments whose selector matches an orphaned set: one of them may adopt it. */
   private enqueueSelecting(ms: CachedMachineSet): void {
-    for (const mcd of this.ctx.informers.machineDeployments.list(ms.metadata.namespace)) {
-      const selector = mcd.spec?.selector;
-      if (
-        selector !== undefined &&
-        !isEmptySelector(selector) &&
-        selectorMatches(selector, ms.metadata.labels)
-      ) {
-        this.enqueue(mcd);
-      }
-    }
+    for (const mcd of selectingOwners<MachineDeployment>(this.ctx.informers.machineDeployments, ms))
+      this.enqueue(mcd);
   }
 
   private enqueueForSet(ms: CachedMachineSet): void {

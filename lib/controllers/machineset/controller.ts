@@ -28,7 +28,6 @@ import {
   objectKey,
   type DeepReadonly,
 } from '../../kube/informer.js';
-import { selectorMatches } from '../../kube/labels.js';
 import type { Logger } from '../../observability/logger.js';
 import { rfc3339 } from '../conditions.js';
 import type { ControllerContext } from '../context.js';
@@ -37,10 +36,12 @@ import { controllerRefOf, isTerminating, type AnyMachine } from '../machines.js'
 import {
   addFinalizer,
   adopt,
+  cachedController,
   controllerReference,
   planClaim,
   release,
   removeFinalizer,
+  selectingOwners,
 } from '../ownership.js';
 import { planAutoPreservation, propagationPatch } from './propagate.js';
 import { planReplicas, slowStartBatch } from './replicas.js';
@@ -88,21 +89,12 @@ export class MachineSetController {
     this.controller.enqueue(objectKey(ms));
   }
 
-  /** The MachineSet controlling a machine, if it exists in the cache with the referenced UID. */
   private ownerOf(m: CachedMachine): CachedMachineSet | undefined {
-    const ref = controllerRefOf(m);
-    if (ref?.kind !== MachineSetResource.kind) return undefined;
-    const ms = this.ctx.informers.machineSets.get(m.metadata.namespace, ref.name);
-    return ms?.metadata.uid === ref.uid ? ms : undefined;
+    return cachedController(this.ctx.informers.machineSets, m, MachineSetResource.kind);
   }
 
   private enqueueSelecting(m: CachedMachine): void {
-    for (const ms of this.ctx.informers.machineSets.list(m.metadata.namespace)) {
-      const sel = ms.spec?.selector;
-      if (sel !== undefined && selectorMatches(sel, m.metadata.labels)) {
-        this.enqueue(ms);
-      }
-    }
+    for (const ms of selectingOwners<MachineSet>(this.ctx.informers.machineSets, m)) this.enqueue(ms);
   }
 
   private wire(): void {

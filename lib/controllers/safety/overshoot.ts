@@ -25,6 +25,7 @@ import type { ResourceType } from '../../kube/resources.js';
 import { findCondition, removeCondition, setCondition } from '../conditions.js';
 import type { ControllerContext } from '../context.js';
 import { controllerRefOf, isTerminating } from '../machines.js';
+import { cachedController } from '../ownership.js';
 
 type CachedMachineSet = DeepReadonly<MachineSet>;
 type CachedMachineDeployment = DeepReadonly<MachineDeployment>;
@@ -180,10 +181,7 @@ export class OvershootSafetyController {
 
   /** The MachineDeployment controlling a set, if it is in the cache. */
   private deploymentOf(ms: CachedMachineSet): CachedMachineDeployment | undefined {
-    const ref = controllerRefOf(ms);
-    if (ref?.kind !== MachineDeploymentResource.kind) return undefined;
-    const mcd = this.ctx.informers.machineDeployments.get(ms.metadata.namespace, ref.name);
-    return mcd?.metadata.uid === ref.uid ? mcd : undefined;
+    return cachedController(this.ctx.informers.machineDeployments, ms, MachineDeploymentResource.kind);
   }
 
   /** Machines that count toward a set's overshoot: owned, carrying the template labels, staying. */

@@ -1,0 +1,24 @@
+/**
+ * Polls fn until it returns a value other than undefined/false and returns that value. Tests use
+ * it to wait for an observable outcome with a deadline instead of sleeping a fixed time.
+ */
+export async function until<T>(
+  what: string,
+  fn: () => Promise<T | undefined | false> | T | undefined | false,
+  timeoutMs = 60_000,
+): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  let last: unknown;
+  for (;;) {
+    try {
+      const v = await fn();
+      if (v !== undefined && v !== false) return v;
+    } catch (err) {
+      last = err;
+    }
+    if (Date.now() > deadline) {
+      throw new Error(`timed out waiting for ${what}${last instanceof Error ? `: ${last.message}` : ''}`);
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
