@@ -851,14 +851,28 @@ export async function syncScaling(
   opts: { createIfMissing: boolean },
 ): Promise<MachineSet | undefined> {
   const { newSet, oldSets } = await pass.resolveMachineSets(opts.createIfMissing);
-  const targets = planScale({
-    replicas: pass.replicas,
-    maxSurge: pass.bounds.maxSurge,
-    rolling: pass.mcd.spec?.strategy?.type === StrategyType.RollingUpdate,
-    newSet: newSet === undefined ? undefined : pass.stateOf(newSet),
-    oldSets: oldSets.map((s) => pass.stateOf(s)),
-    statusReplicas: pass.mcd.status?.replicas ?? 0,
-  });
+  const newState = newSet === undefined ? undefined : pass.stateOf(newSet);
+  const oldStates = oldSets.map((s) => pass.stateOf(s));
+  const paused = pass.mcd.spec?.paused === true;
+  // While paused only a change of replicas is applied: filling the surge room would otherwise
+  // grow the new set and quietly continue the rollout the user paused.
+  const all = newState === undefined ? oldStates : [newState, ...oldStates];
+  const active = all.filter((s) => s.replicas > 0);
+  const scaling =
+    !paused ||
+    (active.length === 0
+      ? pass.replicas > 0
+      : active.some((s) => s.desired !== undefined && s.desired !== pass.replicas));
+  const targets = scaling
+    ? planScale({
+        replicas: pass.replicas,
+        maxSurge: pass.bounds.maxSurge,
+        rolling: pass.mcd.spec?.strategy?.type === StrategyType.RollingUpdate,
+        newSet: newState,
+        oldSets: oldStates,
+        statusReplicas: pass.mcd.status?.replicas ?? 0,
+      })
+    : [];
   await pass.applyScale(targets);
   if (pass.mcd.spec?.paused === true && pass.mcd.spec.rollbackTo === undefined) {
     await pass.cleanupOldMachineSets(pass.sets.filter((s) => s.metadata.uid !== newSet?.metadata.uid));

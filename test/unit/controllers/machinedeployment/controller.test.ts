@@ -299,6 +299,26 @@ describe('MachineDeploymentController.reconcile', () => {
     expect(current().spec?.template.spec?.class?.name).to.equal('small');
   });
 
+  it('does not grow the new set into free surge room while paused mid-rollout', async () => {
+    // replicas 3, maxSurge 1: old 2 + new 1 leaves room for one more, which must stay unused.
+    const v1 = deployment('d', 3);
+    const v2 = withClass(v1, 'large');
+    if (v2.spec !== undefined) v2.spec.paused = true;
+    const old = ownedSet(v1, 2, { revision: 1 });
+    const fresh = ownedSet(v2, 1, { revision: 2, created: '2026-11-21T00:00:00Z' });
+    await setup({
+      mcd: v2,
+      sets: [old, fresh],
+      machines: [...machinesOf(old, 'old', 2), ...machinesOf(fresh, 'new', 1)],
+    });
+    await reconcile();
+    expect(replicasOfClass('small')).to.equal(2);
+    expect(replicasOfClass('large')).to.equal(1);
+    expect(
+      env.api.writes().filter((w) => w.resource.startsWith('machinesets') && w.verb !== 'update'),
+    ).to.deep.equal([]);
+  });
+
   it('pausing stops the rollout but not scaling; resuming continues it', async () => {
     const v1 = deployment('d', 2);
     const old = ownedSet(v1, 2, { revision: 1 });
