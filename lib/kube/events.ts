@@ -80,6 +80,7 @@ export class KubeEventRecorder implements EventRecorder {
   private draining: Promise<void> | undefined;
   private readonly dropped: Counter<'reason'> | undefined;
   private stopped = false;
+  private seq = 0;
 
   constructor(private readonly opts: KubeEventRecorderOptions) {
     this.clock = opts.clock ?? new RealClock();
@@ -176,7 +177,9 @@ export class KubeEventRecorder implements EventRecorder {
         this.cache.delete(p.key);
       }
     }
-    const name = `${p.ref.name ?? 'unknown'}.${(BigInt(p.at) * 1_000_000n + BigInt(this.cache.size % 1000)).toString(16)}`;
+    // Like client-go: object name plus a nanosecond-style timestamp; the sequence keeps two events
+    // recorded in the same millisecond apart.
+    const name = `${p.ref.name ?? 'unknown'}.${(BigInt(p.at) * 1_000_000n + BigInt(this.seq++ % 1_000_000)).toString(16)}`;
     const ev: CoreEvent = {
       apiVersion: 'v1',
       kind: 'Event',
