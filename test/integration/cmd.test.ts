@@ -33,7 +33,11 @@ function run(args: string[]): {
   let err = '';
   child.stderr.setEncoding('utf8').on('data', (d: string) => (err += d));
   return {
-    exited: new Promise((resolve) => child.on('exit', (code) => resolve(code ?? -1))),
+    exited: new Promise((resolve) =>
+      child.on('exit', (code) => {
+        resolve(code ?? -1);
+      }),
+    ),
     stderr: () => err,
     kill: (s) => child.kill(s),
   };
