@@ -1,6 +1,7 @@
 import type { KubeObject, LabelSelector, OwnerReference } from '../api/core.js';
 import type { KubeApi } from '../kube/client.js';
-import type { DeepReadonly, Lister } from '../kube/informer.js';
+import { isNotFound } from '../kube/errors.js';
+import { CONTROLLER_UID_INDEX, NO_CONTROLLER, type DeepReadonly, type Lister } from '../kube/informer.js';
 import { isEmptySelector, selectorMatches } from '../kube/labels.js';
 import type { ResourceType } from '../kube/resources.js';
 
@@ -167,4 +168,49 @@ export function selectingOwners<O extends WithSelector>(
     const sel = o.spec?.selector;
     return sel !== undefined && !isEmptySelector(sel) && selectorMatches(sel, obj.metadata.labels);
   });
+}
+
+/**
+ * Claims children for an owner (ownerRes/owner) among the cached children of childRes: only the
+ * owner's own children and orphans are candidates (two index lookups, no namespace scan).
+ * Matching orphans are adopted after a live read confirms the owner still exists with its UID and
+ * is not being deleted, so a stale cache never makes a vanished owner adopt; children the
+ * selector no longer matches are released. Returns what the owner controls afterwards.
+ */
+export async function claim<T extends KubeObject>(args: {
+  client: KubeApi;
+  ownerRes: ResourceType;
+  childRes: ResourceType;
+  children: Lister<T>;
+  owner: Owner;
+  namespace: string | undefined;
+  selector: LabelSelector | DeepReadonly<LabelSelector> | undefined;
+}): Promise<(T | DeepReadonly<T>)[]> {
+  const { client, owner, children } = args;
+  const candidates = [
+    ...children.byIndex(CONTROLLER_UID_INDEX, owner.uid),
+    ...children.byIndex(CONTROLLER_UID_INDEX, NO_CONTROLLER),
+  ].filter((c) => c.metadata.namespace === args.namespace);
+  const plan = planClaim(owner, args.selector, candidates);
+  const owned: (T | DeepReadonly<T>)[] = [...plan.owned];
+  if (plan.adopt.length > 0) {
+    const fresh = await client.get(args.ownerRes, owner.name, args.namespace);
+    if (fresh.metadata.uid === owner.uid && fresh.metadata.deletionTimestamp === undefined) {
+      for (const c of plan.adopt) {
+        try {
+          owned.push(await adopt<T>(client, args.childRes, c, owner));
+        } catch (err) {
+          if (!isNotFound(err)) throw err;
+        }
+      }
+    }
+  }
+  for (const c of plan.release) {
+    try {
+      await release<T>(client, args.childRes, c, owner.uid);
+    } catch (err) {
+      if (!isNotFound(err)) throw err;
+    }
+  }
+  return owned;
 }

@@ -1,8 +1,9 @@
 // Recreate: remove every old machine, and only when none is left create the new ones.
 
 import type { MachineSet } from '../../api/types.js';
-import { oldSetsActive, releaseNodesAfterRollout, disableScaleDown } from './nodes.js';
-import { calculateStatus, isComplete, syncRolloutStatus } from './progress.js';
+import { oldSetsActive, disableScaleDown } from './nodes.js';
+import { syncRolloutStatus } from './progress.js';
+import { finishRollout } from './rolling.js';
 import type { DeploymentPass } from './sync.js';
 
 export interface RecreateStep {
@@ -57,17 +58,5 @@ export async function rolloutRecreate(pass: DeploymentPass): Promise<number | un
   if (newSet === undefined) throw new Error('recreate without a new machine set');
   await pass.scaleMachineSet(current(newSet), pass.replicas);
 
-  const status = calculateStatus({
-    mcd: pass.mcd,
-    sets: pass.sets,
-    newSet: current(newSet),
-    conditions: pass.status.conditions,
-    collisionCount: pass.status.collisionCount,
-    now: pass.now,
-  });
-  if (isComplete(pass.mcd, status)) {
-    await releaseNodesAfterRollout(pass, current(newSet));
-    await pass.cleanupOldMachineSets(oldSets.map(current));
-  }
-  return syncRolloutStatus(pass, current(newSet));
+  return finishRollout(pass, current(newSet), oldSets.map(current));
 }

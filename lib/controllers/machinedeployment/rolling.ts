@@ -115,17 +115,30 @@ export async function rolloutRolling(pass: DeploymentPass): Promise<number | und
     return syncRolloutStatus(pass, current(newSet));
   }
 
+  return finishRollout(pass, current(newSet), resolved.oldSets.map(current));
+}
+
+/**
+ * The end of a rollout pass with nothing left to scale (RollingUpdate and Recreate): once the
+ * rollout is complete, node protection is lifted and old sets beyond the history limit go; then
+ * status is written. Returns when to check the progress deadline, if due.
+ */
+export async function finishRollout(
+  pass: DeploymentPass,
+  newSet: MachineSet,
+  oldSets: readonly MachineSet[],
+): Promise<number | undefined> {
   const status = calculateStatus({
     mcd: pass.mcd,
     sets: pass.sets,
-    newSet: current(newSet),
+    newSet,
     conditions: pass.status.conditions,
     collisionCount: pass.status.collisionCount,
     now: pass.now,
   });
   if (isComplete(pass.mcd, status)) {
-    await releaseNodesAfterRollout(pass, current(newSet));
-    await pass.cleanupOldMachineSets(resolved.oldSets.map(current));
+    await releaseNodesAfterRollout(pass, newSet);
+    await pass.cleanupOldMachineSets(oldSets);
   }
-  return syncRolloutStatus(pass, current(newSet));
+  return syncRolloutStatus(pass, newSet);
 }

@@ -33,7 +33,7 @@ import type { Logger } from '../../observability/logger.js';
 import { findCondition, setCondition } from '../conditions.js';
 import type { ControllerSettings, SharedInformers } from '../context.js';
 import { controllerRefOf, isAvailable, isTerminating } from '../machines.js';
-import { adopt, controllerReference, planClaim, release } from '../ownership.js';
+import { claim, controllerReference } from '../ownership.js';
 import { MACHINE_CONFIGURATION_FIELDS } from '../machineset/propagate.js';
 import {
   machineSetName,
@@ -514,39 +514,22 @@ export async function claimMachineSets(
   mcd: MachineDeployment,
   deleting: boolean,
 ): Promise<MachineSet[]> {
-  const owner = {
-    apiVersion: API_VERSION,
-    kind: MachineDeploymentResource.kind,
-    name: mcd.metadata.name ?? '',
-    uid: mcd.metadata.uid ?? '',
-    deleting,
-  };
-  const plan = planClaim(owner, mcd.spec?.selector, informers.machineSets.list(mcd.metadata.namespace));
-  const owned = plan.owned.map((s) => clone<MachineSet>(s));
-  if (plan.adopt.length > 0) {
-    const fresh = await client.get<MachineDeployment>(
-      MachineDeploymentResource,
-      owner.name,
-      mcd.metadata.namespace,
-    );
-    if (fresh.metadata.uid === owner.uid && fresh.metadata.deletionTimestamp === undefined) {
-      for (const ms of plan.adopt) {
-        try {
-          owned.push(await adopt(client, MachineSetResource, ms, owner));
-        } catch (err) {
-          if (!isNotFound(err)) throw err;
-        }
-      }
-    }
-  }
-  for (const ms of plan.release) {
-    try {
-      await release(client, MachineSetResource, ms, owner.uid);
-    } catch (err) {
-      if (!isNotFound(err)) throw err;
-    }
-  }
-  return owned;
+  const owned = await claim({
+    client,
+    ownerRes: MachineDeploymentResource,
+    childRes: MachineSetResource,
+    children: informers.machineSets,
+    owner: {
+      apiVersion: API_VERSION,
+      kind: MachineDeploymentResource.kind,
+      name: mcd.metadata.name ?? '',
+      uid: mcd.metadata.uid ?? '',
+      deleting,
+    },
+    namespace: mcd.metadata.namespace,
+    selector: mcd.spec?.selector,
+  });
+  return owned.map((s) => clone<MachineSet>(s));
 }
 
 // ---------------------------------------------------------------------------------------------

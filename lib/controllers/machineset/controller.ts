@@ -21,13 +21,7 @@ import { Controller, type ReconcileContext, type ReconcileResult } from '../../k
 import { jsonEqual } from '../../kube/equal.js';
 import { errorMessage, isConflict, isNotFound } from '../../kube/errors.js';
 import type { EventRecorder } from '../../kube/events.js';
-import {
-  CONTROLLER_UID_INDEX,
-  NO_CONTROLLER,
-  clone,
-  objectKey,
-  type DeepReadonly,
-} from '../../kube/informer.js';
+import { clone, objectKey, type DeepReadonly } from '../../kube/informer.js';
 import type { Logger } from '../../observability/logger.js';
 import { rfc3339 } from '../conditions.js';
 import type { ControllerContext } from '../context.js';
@@ -35,11 +29,9 @@ import { Expectations } from '../expectations.js';
 import { controllerRefOf, isTerminating, type AnyMachine } from '../machines.js';
 import {
   addFinalizer,
-  adopt,
   cachedController,
+  claim,
   controllerReference,
-  planClaim,
-  release,
   removeFinalizer,
   selectingOwners,
 } from '../ownership.js';
@@ -226,48 +218,22 @@ export class MachineSetController {
   }
 
   /** Machines this set controls after adopting orphans and releasing the ones it no longer selects. */
-  private async claimMachines(ms: MachineSet, deleting: boolean): Promise<AnyMachine[]> {
-    const owner = {
-      apiVersion: API_VERSION,
-      kind: MachineSetResource.kind,
-      name: ms.metadata.name ?? '',
-      uid: ms.metadata.uid ?? '',
-      deleting,
-    };
-    // Only this set's machines and orphans can be claimed: two index lookups, not a namespace scan.
-    const machines = this.ctx.informers.machines;
-    const candidates = [
-      ...machines.byIndex(CONTROLLER_UID_INDEX, owner.uid),
-      ...machines.byIndex(CONTROLLER_UID_INDEX, NO_CONTROLLER),
-    ].filter((m) => m.metadata.namespace === ms.metadata.namespace);
-    const plan = planClaim(owner, ms.spec?.selector, candidates);
-    const owned: AnyMachine[] = [...plan.owned];
-    if (plan.adopt.length > 0) {
-      // Re-check with a live read that the set still exists and is not being deleted, so that a
-      // stale cache never makes a vanished set adopt machines.
-      const fresh = await this.ctx.client.get<MachineSet>(
-        MachineSetResource,
-        owner.name,
-        ms.metadata.namespace,
-      );
-      if (fresh.metadata.uid === owner.uid && fresh.metadata.deletionTimestamp === undefined) {
-        for (const m of plan.adopt) {
-          try {
-            owned.push(await adopt(this.ctx.client, MachineResource, m, owner));
-          } catch (err) {
-            if (!isNotFound(err)) throw err;
-          }
-        }
-      }
-    }
-    for (const m of plan.release) {
-      try {
-        await release(this.ctx.client, MachineResource, m, owner.uid);
-      } catch (err) {
-        if (!isNotFound(err)) throw err;
-      }
-    }
-    return owned;
+  private claimMachines(ms: MachineSet, deleting: boolean): Promise<AnyMachine[]> {
+    return claim({
+      client: this.ctx.client,
+      ownerRes: MachineSetResource,
+      childRes: MachineResource,
+      children: this.ctx.informers.machines,
+      owner: {
+        apiVersion: API_VERSION,
+        kind: MachineSetResource.kind,
+        name: ms.metadata.name ?? '',
+        uid: ms.metadata.uid ?? '',
+        deleting,
+      },
+      namespace: ms.metadata.namespace,
+      selector: ms.spec?.selector,
+    });
   }
 
   private async propagateTemplate(ms: MachineSet, machines: readonly AnyMachine[]): Promise<void> {
