@@ -36,15 +36,22 @@ export type {
   ObjectMeta,
   OwnerReference,
   Taint,
-} from './core.js';
-import type { LabelSelector, ListMeta, NodeAddress, NodeCondition, ObjectMeta, Taint } from './core.js';
+} from '../kube/types.js';
+import type {
+  LabelSelector,
+  ListMeta,
+  NodeAddress,
+  NodeCondition,
+  ObjectMeta,
+  Taint,
+} from '../kube/types.js';
 
 export const GROUP = 'machine.sapcloud.io';
 export const VERSION = 'v1alpha1';
 export const API_VERSION = `${GROUP}/${VERSION}` as const;
 
 // ---------------------------------------------------------------------------------------------
-// Core (k8s.io/api, k8s.io/apimachinery) types come from ./core.ts; declared in-project instead of
+// Core (k8s.io/api, k8s.io/apimachinery) types come from lib/kube/types.ts; declared in-project instead of
 // taken from @kubernetes/client-node because its classes model timestamps as Date objects.
 // ---------------------------------------------------------------------------------------------
 

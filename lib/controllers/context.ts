@@ -1,6 +1,6 @@
 import type { Registry } from 'prom-client';
 
-import type { Node } from '../api/core.js';
+import type { Node } from '../kube/types.js';
 import {
   MachineClassResource,
   MachineDeploymentResource,

@@ -1,5 +1,5 @@
 import { Annotation, DEFAULT_MACHINE_PRIORITY, MachinePhase, PreserveValue } from '../api/constants.js';
-import type { OwnerReference } from '../api/core.js';
+import type { OwnerReference } from '../kube/types.js';
 import type { Machine } from '../api/types.js';
 import type { DeepReadonly } from '../kube/informer.js';
 

@@ -1,4 +1,4 @@
-import type { KubeObject, LabelSelector, OwnerReference } from '../api/core.js';
+import type { KubeObject, LabelSelector, OwnerReference } from '../kube/types.js';
 import type { KubeApi } from '../kube/client.js';
 import { isNotFound } from '../kube/errors.js';
 import { CONTROLLER_UID_INDEX, NO_CONTROLLER, type DeepReadonly, type Lister } from '../kube/informer.js';

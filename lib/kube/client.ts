@@ -5,7 +5,7 @@ import { URL } from 'node:url';
 import type { KubeConfig } from '@kubernetes/client-node';
 import { Counter, Histogram, type Registry } from 'prom-client';
 
-import type { KubeList, KubeObject, Scale } from '../api/core.js';
+import type { KubeList, KubeObject, Scale } from './types.js';
 import { RealClock, type Clock } from './clock.js';
 import {
   AbortedError,

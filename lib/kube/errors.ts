@@ -1,4 +1,4 @@
-import type { Status } from '../api/core.js';
+import type { Status } from './types.js';
 
 /**
  * Errors from the Kubernetes API, classified by the reason in the returned Status (or the HTTP

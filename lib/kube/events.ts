@@ -2,7 +2,7 @@ import { hostname } from 'node:os';
 
 import { Counter, type Registry } from 'prom-client';
 
-import type { CoreEvent, KubeObject, ObjectReference } from '../api/core.js';
+import type { CoreEvent, KubeObject, ObjectReference } from './types.js';
 import type { Logger } from '../observability/logger.js';
 import type { KubeApi } from './client.js';
 import { RealClock, type Clock } from './clock.js';

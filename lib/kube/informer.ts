@@ -1,6 +1,6 @@
 import { Counter, Gauge, type Registry } from 'prom-client';
 
-import type { KubeObject, Status } from '../api/core.js';
+import type { KubeObject, Status } from './types.js';
 import type { Logger } from '../observability/logger.js';
 import { Backoff } from './backoff.js';
 import type { KubeApi, WatchEvent } from './client.js';

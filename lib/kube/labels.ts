@@ -1,4 +1,4 @@
-import type { LabelSelector } from '../api/core.js';
+import type { LabelSelector } from './types.js';
 import type { DeepReadonly } from './informer.js';
 
 type AnySelector = LabelSelector | DeepReadonly<LabelSelector>;

@@ -3,7 +3,7 @@ import { hostname } from 'node:os';
 
 import { Gauge, type Registry } from 'prom-client';
 
-import type { Lease } from '../api/core.js';
+import type { Lease } from './types.js';
 import type { Logger } from '../observability/logger.js';
 import type { KubeApi } from './client.js';
 import { RealClock, type Clock } from './clock.js';

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 
-import type { KubeList, KubeObject, LabelSelectorRequirement, Scale } from '../../lib/api/core.js';
+import type { KubeList, KubeObject, LabelSelectorRequirement, Scale } from '../../lib/kube/types.js';
 import {
   AsyncChannel,
   type DeleteOptions,

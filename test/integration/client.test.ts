@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 
-import type { KubeObject } from '../../lib/api/core.js';
+import type { KubeObject } from '../../lib/kube/types.js';
 import { KubeClient } from '../../lib/kube/client.js';
 import {
   AlreadyExistsError,

@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import { KubeConfig } from '@kubernetes/client-node';
 import type { Registry } from 'prom-client';
 
-import type { KubeObject } from '../../lib/api/core.js';
+import type { KubeObject } from '../../lib/kube/types.js';
 import { KubeClient } from '../../lib/kube/client.js';
 import { isConflict, isNotFound } from '../../lib/kube/errors.js';
 import { Informer, objectKey } from '../../lib/kube/informer.js';

@@ -4,7 +4,7 @@ import { fileURLToPath } from 'node:url';
 
 import { expect } from 'chai';
 
-import type { Lease } from '../../lib/api/core.js';
+import type { Lease } from '../../lib/kube/types.js';
 import { DEFAULT_LEASE_DURATION_MS, DEFAULT_RETRY_PERIOD_MS } from '../../lib/kube/leaderelection.js';
 import { startControlPlane, type ControlPlane } from '../harness/controlplane.js';
 

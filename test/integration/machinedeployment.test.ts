@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 
-import type { CoreEvent, Node } from '../../lib/api/core.js';
+import type { CoreEvent, Node } from '../../lib/kube/types.js';
 import {
   API_VERSION,
   MachineDeploymentResource,

@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 
-import type { CoreEvent } from '../../lib/api/core.js';
+import type { CoreEvent } from '../../lib/kube/types.js';
 import {
   API_VERSION,
   MachineResource,

@@ -12,7 +12,7 @@ import {
   TaintEffect,
   TaintKey,
 } from '../../api/constants.js';
-import type { Node, Taint } from '../../api/core.js';
+import type { Node, Taint } from '../../kube/types.js';
 import type { Machine, MachineSet } from '../../api/types.js';
 import { isConflict, isNotFound } from '../../kube/errors.js';
 import { clone, type DeepReadonly } from '../../kube/informer.js';

@@ -1,5 +1,5 @@
 import { Finalizer, MachineOperationType, MachinePhase, MachineState } from '../../../lib/api/constants.js';
-import type { Node } from '../../../lib/api/core.js';
+import type { Node } from '../../../lib/kube/types.js';
 import { MachineResource, type Machine } from '../../../lib/api/types.js';
 import { rfc3339 } from '../../../lib/controllers/conditions.js';
 import type { KubeApi } from '../../../lib/kube/client.js';

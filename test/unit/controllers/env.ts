@@ -1,4 +1,4 @@
-import type { KubeObject } from '../../../lib/api/core.js';
+import type { KubeObject } from '../../../lib/kube/types.js';
 import {
   MachineClassResource,
   MachineDeploymentResource,

@@ -4,7 +4,7 @@ import type { AddressInfo } from 'node:net';
 import { KubeConfig } from '@kubernetes/client-node';
 import { expect } from 'chai';
 
-import type { KubeObject } from '../../../lib/api/core.js';
+import type { KubeObject } from '../../../lib/kube/types.js';
 import { KubeClient } from '../../../lib/kube/client.js';
 import { FakeClock } from '../../../lib/kube/clock.js';
 import {

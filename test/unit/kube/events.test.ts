@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 
-import type { CoreEvent, KubeObject } from '../../../lib/api/core.js';
+import type { CoreEvent, KubeObject } from '../../../lib/kube/types.js';
 import { FakeClock } from '../../../lib/kube/clock.js';
 import { KubeEventRecorder } from '../../../lib/kube/events.js';
 import { CoreResources } from '../../../lib/kube/resources.js';

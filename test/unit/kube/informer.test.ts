@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 
-import type { KubeObject } from '../../../lib/api/core.js';
+import type { KubeObject } from '../../../lib/kube/types.js';
 import { FakeClock } from '../../../lib/kube/clock.js';
 import { UnavailableError } from '../../../lib/kube/errors.js';
 import {

@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 
-import type { LabelSelector } from '../../../lib/api/core.js';
+import type { LabelSelector } from '../../../lib/kube/types.js';
 import { isEmptySelector, selectorMatches, selectorToString } from '../../../lib/kube/labels.js';
 
 describe('label selectors', () => {

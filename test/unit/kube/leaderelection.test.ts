@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 
-import type { Lease } from '../../../lib/api/core.js';
+import type { Lease } from '../../../lib/kube/types.js';
 import { FakeClock } from '../../../lib/kube/clock.js';
 import { UnavailableError } from '../../../lib/kube/errors.js';
 import { FakeEventRecorder } from '../../../lib/kube/events.js';

@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 
-import type { KubeObject, Node } from '../../../../lib/api/core.js';
+import type { KubeObject, Node } from '../../../../lib/kube/types.js';
 import {
   MachineDeploymentResource,
   MachineResource,

@@ -1,4 +1,4 @@
-import type { Node } from '../../../../lib/api/core.js';
+import type { Node } from '../../../../lib/kube/types.js';
 import {
   API_VERSION,
   type Machine,

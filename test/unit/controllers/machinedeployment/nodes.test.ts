@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 
-import type { Taint } from '../../../../lib/api/core.js';
+import type { Taint } from '../../../../lib/kube/types.js';
 import {
   PREFER_NO_SCHEDULE_TAINT,
   scaleDownDisabledPatch,
