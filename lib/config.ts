@@ -1,9 +1,19 @@
+import { parseGoDuration } from './api/duration.js';
+
 /**
  * Command-line configuration of the manager. Flag names and defaults follow gardener MCM's
  * machine-controller-manager where it has the flag; additions are marked.
  */
 
-export const CONTROLLER_NAMES = ['machineset', 'machinedeployment', 'safety'] as const;
+export const CONTROLLER_NAMES = [
+  'machineset',
+  'machinedeployment',
+  'safety',
+  'machine',
+  'node',
+  'machineclass',
+  'secret',
+] as const;
 export type ControllerName = (typeof CONTROLLER_NAMES)[number];
 
 export interface ManagerConfig {
@@ -34,6 +44,25 @@ export interface ManagerConfig {
   logFormat: 'json' | 'text';
   /** Addition: which controllers run. */
   controllers: ControllerName[];
+  // ---- machine controller (gardener's provider machine-controller flags) ----
+  /** Addition: workers of the machine controller (the provider machine-controller's --concurrent-syncs, 50). */
+  machineConcurrentSyncs: number;
+  machineCreationTimeoutMs: number;
+  machineHealthTimeoutMs: number;
+  machineDrainTimeoutMs: number;
+  machineInPlaceUpdateTimeoutMs: number;
+  machineMaxEvictRetries: number;
+  machinePvDetachTimeoutMs: number;
+  machinePvReattachTimeoutMs: number;
+  machineSafetyOrphanVmsPeriodMs: number;
+  machineSafetyApiserverStatuscheckPeriodMs: number;
+  machineSafetyApiserverStatuscheckTimeoutMs: number;
+  machinePreserveTimeoutMs: number;
+  nodeConditions: string[];
+  bootstrapTokenAuthExtraGroups: string;
+  resourceExhaustedRetryMs: number;
+  /** Addition: replacement budget per MachineDeployment, a count or a percentage. */
+  maxUnhealthyReplacements: string;
 }
 
 export const defaultConfig: ManagerConfig = {
@@ -59,38 +88,38 @@ export const defaultConfig: ManagerConfig = {
   verbosity: 2,
   logFormat: 'json',
   controllers: [...CONTROLLER_NAMES],
+  machineConcurrentSyncs: 50,
+  machineCreationTimeoutMs: 20 * 60_000,
+  machineHealthTimeoutMs: 10 * 60_000,
+  machineDrainTimeoutMs: 2 * 3_600_000,
+  machineInPlaceUpdateTimeoutMs: 20 * 60_000,
+  machineMaxEvictRetries: 360,
+  machinePvDetachTimeoutMs: 2 * 60_000,
+  machinePvReattachTimeoutMs: 90_000,
+  machineSafetyOrphanVmsPeriodMs: 15 * 60_000,
+  machineSafetyApiserverStatuscheckPeriodMs: 60_000,
+  machineSafetyApiserverStatuscheckTimeoutMs: 30_000,
+  machinePreserveTimeoutMs: 96 * 3_600_000,
+  nodeConditions: ['KernelDeadlock', 'ReadonlyFilesystem', 'DiskPressure', 'NetworkUnavailable'],
+  bootstrapTokenAuthExtraGroups: '',
+  resourceExhaustedRetryMs: 10 * 60_000,
+  maxUnhealthyReplacements: '1',
 };
 
 export class ConfigError extends Error {
   override name = 'ConfigError';
 }
 
-const durationUnits: Record<string, number> = {
-  ns: 1e-6,
-  us: 1e-3,
-  µs: 1e-3,
-  ms: 1,
-  s: 1000,
-  m: 60_000,
-  h: 3_600_000,
-};
-
 /** Parses a Go duration ("90s", "1h30m", "500ms", "0") to milliseconds. */
 export function parseDuration(s: string): number {
-  const text = s.trim();
-  if (text === '0') return 0;
-  const re = /(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)/gy;
-  let total = 0;
-  let consumed = 0;
-  for (let m = re.exec(text); m !== null; m = re.exec(text)) {
-    const [whole, num, unit] = m;
-    if (num === undefined || unit === undefined) break;
-    total += Number(num) * (durationUnits[unit] ?? 0);
-    consumed += whole.length;
+  let ms: number;
+  try {
+    ms = parseGoDuration(s);
+  } catch (err) {
+    throw new ConfigError(err instanceof Error ? err.message : String(err));
   }
-  if (consumed !== text.length || consumed === 0)
-    throw new ConfigError(`invalid duration "${s}" (e.g. 90s, 10m, 1h30m)`);
-  return total;
+  if (ms < 0) throw new ConfigError(`invalid duration "${s}": must not be negative`);
+  return ms;
 }
 
 function parseBool(name: string, v: string): boolean {
@@ -220,6 +249,78 @@ const flags: Record<string, { help: string; set: Setter; boolean?: true }> = {
       c.controllers = names as ControllerName[];
     },
   },
+  'machine-concurrent-syncs': {
+    help: 'workers of the machine controller (the provider machine-controller default, 50)',
+    set: (c, v, n) => (c.machineConcurrentSyncs = parseNumber(n, v, { min: 1, integer: true })),
+  },
+  'machine-creation-timeout': {
+    help: 'how long a new machine may take to join before it is marked Failed',
+    set: (c, v) => (c.machineCreationTimeoutMs = parseDuration(v)),
+  },
+  'machine-health-timeout': {
+    help: 'how long a machine may be unhealthy (Unknown) before it is marked Failed and replaced',
+    set: (c, v) => (c.machineHealthTimeoutMs = parseDuration(v)),
+  },
+  'machine-drain-timeout': {
+    help: 'how long a node is drained before its machine is deleted anyway',
+    set: (c, v) => (c.machineDrainTimeoutMs = parseDuration(v)),
+  },
+  'machine-inplace-update-timeout': {
+    help: 'how long an in-place update may take',
+    set: (c, v) => (c.machineInPlaceUpdateTimeoutMs = parseDuration(v)),
+  },
+  'machine-max-evict-retries': {
+    help: 'eviction attempts of a pod blocked by a PodDisruptionBudget before it is deleted',
+    set: (c, v, n) => (c.machineMaxEvictRetries = parseNumber(n, v, { min: 0, integer: true })),
+  },
+  'machine-pv-detach-timeout': {
+    help: 'how long a drained pod’s volumes may take to detach',
+    set: (c, v) => (c.machinePvDetachTimeoutMs = parseDuration(v)),
+  },
+  'machine-pv-reattach-timeout': {
+    help: 'how long to wait for a drained pod’s volumes to attach elsewhere',
+    set: (c, v) => (c.machinePvReattachTimeoutMs = parseDuration(v)),
+  },
+  'machine-safety-orphan-vms-period': {
+    help: 'how often VMs without machines are collected',
+    set: (c, v) => (c.machineSafetyOrphanVmsPeriodMs = parseDuration(v)),
+  },
+  'machine-safety-apiserver-statuscheck-period': {
+    help: 'how often the API servers are probed for the freeze safety check',
+    set: (c, v) => (c.machineSafetyApiserverStatuscheckPeriodMs = parseDuration(v)),
+  },
+  'machine-safety-apiserver-statuscheck-timeout': {
+    help: 'how long an API server may be unreachable before machine reconciliation freezes',
+    set: (c, v) => (c.machineSafetyApiserverStatuscheckTimeoutMs = parseDuration(v)),
+  },
+  'machine-preserve-timeout': {
+    help: 'how long a preserved machine is kept',
+    set: (c, v) => (c.machinePreserveTimeoutMs = parseDuration(v)),
+  },
+  'node-conditions': {
+    help: 'node condition types that make a node unhealthy when not False (comma-separated)',
+    set: (c, v) =>
+      (c.nodeConditions = v
+        .split(',')
+        .map((x) => x.trim())
+        .filter((x) => x !== '')),
+  },
+  'bootstrap-token-auth-extra-groups': {
+    help: 'extra groups of the bootstrap tokens new nodes join with (comma-separated)',
+    set: (c, v) => (c.bootstrapTokenAuthExtraGroups = v),
+  },
+  'resource-exhausted-retry': {
+    help: 'retry period of a creation that failed for lack of cloud capacity (0 means 10m)',
+    set: (c, v) => (c.resourceExhaustedRetryMs = parseDuration(v)),
+  },
+  'max-unhealthy-replacements': {
+    help: 'machines of one MachineDeployment in replacement at once before another unhealthy machine is marked Failed: a count or a percentage of replicas (MCM: always 1); the annotation mcm-ts.io/max-unhealthy-replacements overrides it per deployment',
+    set: (c, v, n) => {
+      if (!/^\d+%?$/.test(v.trim()))
+        throw new ConfigError(`--${n}: expected a count or a percentage such as 2 or 10%, got "${v}"`);
+      c.maxUnhealthyReplacements = v.trim();
+    },
+  },
 };
 
 /** Flags accepted for compatibility with gardener MCM deployments; they have no effect here. */
@@ -293,4 +394,18 @@ export function validate(c: ManagerConfig): void {
     }
   }
   if (c.controllers.length === 0) throw new ConfigError('--controllers: at least one controller must run');
+  if (c.machineSafetyApiserverStatuscheckPeriodMs < c.machineSafetyApiserverStatuscheckTimeoutMs) {
+    throw new ConfigError(
+      '--machine-safety-apiserver-statuscheck-period must be at least --machine-safety-apiserver-statuscheck-timeout',
+    );
+  }
+  if (
+    c.targetKubeconfig === 'none' &&
+    c.controllers.includes('node') &&
+    c.controllers.length !== CONTROLLER_NAMES.length
+  ) {
+    throw new ConfigError(
+      '--controllers: the node controller needs a target cluster (--target-kubeconfig is none)',
+    );
+  }
 }

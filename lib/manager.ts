@@ -5,9 +5,15 @@ import { EventSource } from './api/constants.js';
 import { MachineDeploymentResource } from './api/types.js';
 import type { ManagerConfig } from './config.js';
 import { SharedInformers, type ControllerContext } from './controllers/context.js';
+import { MachineController } from './controllers/machine/controller.js';
+import type { MachineControllerSettings } from './controllers/machine/settings.js';
+import { MachineClassController } from './controllers/machineclass/controller.js';
 import { MachineDeploymentController } from './controllers/machinedeployment/controller.js';
 import { MachineSetController } from './controllers/machineset/controller.js';
+import { NodeController } from './controllers/node/controller.js';
 import { OvershootSafetyController } from './controllers/safety/overshoot.js';
+import { SecretController } from './controllers/secret/controller.js';
+import { ProviderRegistry } from './driver/registry.js';
 import { KubeClient, type KubeApi } from './kube/client.js';
 import { RealClock, type Clock } from './kube/clock.js';
 import { NotFoundError, errorMessage, isTransient } from './kube/errors.js';
@@ -16,6 +22,20 @@ import { LeaderElector } from './kube/leaderelection.js';
 import { ObservabilityServer } from './observability/http.js';
 import type { Logger } from './observability/logger.js';
 import { newRegistry } from './observability/metrics.js';
+import { VIRTUAL_PROVIDER, virtualProvider } from './providers/virtual/index.js';
+
+/** The providers this build serves: the built-in virtual (simulated) cloud. */
+export function defaultProviders(): ProviderRegistry {
+  return new ProviderRegistry().register(VIRTUAL_PROVIDER, virtualProvider());
+}
+
+/**
+ * Request limits of the clients providers use for their cloud: the virtual cloud lives in the
+ * cluster's API, but its calls stand for a cloud API's and must not eat the controllers'
+ * --kube-api-qps budget (a real driver's cloud calls do not either).
+ */
+const CLOUD_CLIENT_QPS = 1000;
+const CLOUD_CLIENT_BURST = 1000;
 
 export interface ManagerDeps {
   logger: Logger;
@@ -32,6 +52,8 @@ export interface ManagerDeps {
    * conditions (a lagging watch); production leaves it unset.
    */
   wrapInformerClient?: (client: KubeApi) => KubeApi;
+  /** The providers (drivers) served; defaults to the built-in virtual provider. */
+  providers?: ProviderRegistry;
 }
 
 interface Runnable {
@@ -62,11 +84,15 @@ export class Manager {
   readonly registry: Registry;
   readonly client: KubeClient;
   readonly target: KubeClient | undefined;
+  private readonly cloudControl: KubeClient;
+  private readonly cloudTarget: KubeClient | undefined;
   private readonly clock: Clock;
   private readonly log: Logger;
   private readonly server: ObservabilityServer;
   private readonly recorders: KubeEventRecorder[] = [];
   private informers: SharedInformers | undefined;
+  private readonly providers: ProviderRegistry;
+  private readonly cloudClients: KubeClient[] = [];
   private controllers: Runnable[] = [];
   private electionAbort: AbortController | undefined;
   private election: Promise<void> | undefined;
@@ -92,9 +118,29 @@ export class Manager {
       userAgent: deps.userAgent ?? 'machine-controller-manager-ts',
     };
     this.client = new KubeClient({ kubeConfig: control, ...clientOpts });
-    if (config.targetKubeconfig === 'none') this.target = undefined;
-    else if (config.targetKubeconfig === '') this.target = this.client;
-    else this.target = new KubeClient({ kubeConfig: loadKubeConfig(config.targetKubeconfig), ...clientOpts });
+    const targetConfig =
+      config.targetKubeconfig === 'none'
+        ? undefined
+        : config.targetKubeconfig === ''
+          ? control
+          : loadKubeConfig(config.targetKubeconfig);
+    if (targetConfig === undefined) this.target = undefined;
+    else if (targetConfig === control) this.target = this.client;
+    else this.target = new KubeClient({ kubeConfig: targetConfig, ...clientOpts });
+    this.providers = deps.providers ?? defaultProviders();
+    const cloudClient = (kubeConfig: KubeConfig, side: string): KubeClient => {
+      const c = new KubeClient({
+        kubeConfig,
+        qps: CLOUD_CLIENT_QPS,
+        burst: CLOUD_CLIENT_BURST,
+        clock: this.clock,
+        userAgent: `${deps.userAgent ?? 'machine-controller-manager-ts'}/provider-${side}`,
+      });
+      this.cloudClients.push(c);
+      return c;
+    };
+    this.cloudControl = cloudClient(control, 'control');
+    this.cloudTarget = targetConfig === undefined ? undefined : cloudClient(targetConfig, 'target');
     this.server = new ObservabilityServer(
       this.registry,
       {
@@ -138,8 +184,12 @@ export class Manager {
   async start(): Promise<void> {
     await this.preflight();
     this.port = await this.server.listen(this.config.address, this.config.port);
+    // Caches run on every replica (warm standby, as controller-runtime does): a new leader starts
+    // at once, and read-only servers can answer from them on every replica.
+    await this.startInformers();
+    if (this.stopping) return;
     if (!this.config.leaderElect) {
-      await this.runControllers();
+      this.runControllers();
       return;
     }
     this.electionAbort = new AbortController();
@@ -157,10 +207,12 @@ export class Manager {
       recorder,
       onStartedLeading: () => {
         this.leading = true;
-        this.runControllers().catch((err: unknown) => {
+        try {
+          this.runControllers();
+        } catch (err) {
           this.log.error('starting controllers failed', { err });
           this.deps.onLeadershipLost?.();
-        });
+        }
       },
       onStoppedLeading: () => {
         this.leading = false;
@@ -191,10 +243,8 @@ export class Manager {
     return r;
   }
 
-  /** Builds the informers and controllers, waits for the caches, then starts the controllers. */
-  private async runControllers(): Promise<void> {
-    if (this.running) return;
-    this.running = true;
+  /** The caches every component reads, and the providers' drivers over them. */
+  private async startInformers(): Promise<void> {
     const wrap = this.deps.wrapInformerClient ?? ((c: KubeApi) => c);
     const informers = new SharedInformers({
       client: wrap(this.client),
@@ -206,6 +256,44 @@ export class Manager {
       resyncPeriodMs: this.config.minResyncPeriodMs,
     });
     this.informers = informers;
+    this.providers.instantiate({
+      control: this.cloudControl,
+      target: this.cloudTarget,
+      namespace: this.config.namespace,
+      nodes: informers.nodes,
+      clock: this.clock,
+      logger: this.log,
+      registry: this.registry,
+    });
+    informers.start();
+    await informers.waitForSync();
+    this.synced = true;
+    this.log.info('caches synced', { namespace: this.config.namespace });
+  }
+
+  private machineSettings(): MachineControllerSettings {
+    const c = this.config;
+    return {
+      creationTimeoutMs: c.machineCreationTimeoutMs,
+      healthTimeoutMs: c.machineHealthTimeoutMs,
+      drainTimeoutMs: c.machineDrainTimeoutMs,
+      inPlaceUpdateTimeoutMs: c.machineInPlaceUpdateTimeoutMs,
+      maxEvictRetries: c.machineMaxEvictRetries,
+      pvDetachTimeoutMs: c.machinePvDetachTimeoutMs,
+      pvReattachTimeoutMs: c.machinePvReattachTimeoutMs,
+      preserveTimeoutMs: c.machinePreserveTimeoutMs,
+      nodeConditions: c.nodeConditions,
+      bootstrapTokenAuthExtraGroups: c.bootstrapTokenAuthExtraGroups,
+      resourceExhaustedRetryMs: c.resourceExhaustedRetryMs,
+      maxUnhealthyReplacements: c.maxUnhealthyReplacements,
+    };
+  }
+
+  /** Builds the controllers over the synced caches and starts them with the providers. */
+  private runControllers(): void {
+    const informers = this.informers;
+    if (this.running || informers === undefined || this.stopping) return;
+    this.running = true;
     const recorders = new Map<string, EventRecorder>();
     const ctx: ControllerContext = {
       client: this.client,
@@ -237,10 +325,19 @@ export class Manager {
     if (enabled.has('machinedeployment'))
       this.controllers.push(new MachineDeploymentController(ctx, workers));
     if (enabled.has('safety')) this.controllers.push(new OvershootSafetyController(ctx));
-    informers.start();
-    await informers.waitForSync();
-    this.synced = true;
-    if (this.stopping) return;
+    if (enabled.has('machine')) {
+      this.controllers.push(
+        new MachineController(ctx, {
+          settings: this.machineSettings(),
+          providers: this.providers,
+          workers: this.config.machineConcurrentSyncs,
+        }),
+      );
+    }
+    if (enabled.has('node') && this.target !== undefined) this.controllers.push(new NodeController(ctx));
+    if (enabled.has('machineclass')) this.controllers.push(new MachineClassController(ctx));
+    if (enabled.has('secret')) this.controllers.push(new SecretController(ctx));
+    this.providers.start();
     for (const c of this.controllers) c.start();
     this.log.info('controllers started', { controllers: [...enabled], namespace: this.config.namespace });
   }
@@ -249,10 +346,8 @@ export class Manager {
     const controllers = this.controllers;
     this.controllers = [];
     await Promise.all(controllers.map((c) => c.stop()));
-    await this.informers?.stop();
-    this.informers = undefined;
+    if (this.running) await this.providers.stop();
     this.running = false;
-    this.synced = false;
   }
 
   async stop(): Promise<void> {
@@ -263,9 +358,13 @@ export class Manager {
     // Releases the Lease (releaseOnCancel) so a standby replica takes over at once.
     this.electionAbort?.abort();
     await this.election;
+    await this.informers?.stop();
+    this.informers = undefined;
+    this.synced = false;
     await Promise.all(this.recorders.map((r) => r.stop()));
     await this.server.close();
     this.client.close();
     if (this.target !== undefined && this.target !== this.client) this.target.close();
+    for (const c of this.cloudClients) c.close();
   }
 }

@@ -206,6 +206,19 @@ export const Annotation = {
 } as const;
 export type Annotation = ValueOf<typeof Annotation>;
 
+/**
+ * Keys this implementation adds, in its own domain (`mcm-ts.io`); gardener MCM ignores them.
+ */
+export const ExtensionAnnotation = {
+  /**
+   * On a MachineDeployment: how many of its machines may be in replacement at once before another
+   * unhealthy machine is marked Failed — a count ("2") or a percentage of replicas ("10%").
+   * Default: --max-unhealthy-replacements (1, MCM's fixed value).
+   */
+  MaxUnhealthyReplacements: 'mcm-ts.io/max-unhealthy-replacements',
+} as const;
+export type ExtensionAnnotation = ValueOf<typeof ExtensionAnnotation>;
+
 /** Value of the cluster-autoscaler scale-down-disabled annotations. */
 export const CLUSTER_AUTOSCALER_SCALE_DOWN_DISABLED_VALUE = 'true';
 

@@ -578,6 +578,9 @@ const machineSchema = obj(
       }),
       lastOperation: lastOperationSchema,
       lastKnownState: str('Opaque state the driver keeps between calls.'),
+      deletionStep: str(
+        'Addition of this implementation: the step of the deletion flow reached so far (GetVMStatus, DrainNode, DeleteVM, DeleteNode, RemoveFinalizer).',
+      ),
     }),
   },
   { required: ['spec'] },

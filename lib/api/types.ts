@@ -216,6 +216,12 @@ export interface MachineStatus {
   currentStatus?: CurrentStatus;
   /** Opaque state a driver may keep between calls. */
   lastKnownState?: string;
+  /**
+   * Additive field (not in gardener MCM): the step the deletion flow has reached, so that it
+   * resumes there instead of re-deriving it from lastOperation.description. Written by our
+   * machine controller; absent means "from the start" (every step is idempotent).
+   */
+  deletionStep?: string;
 }
 
 export interface Machine {

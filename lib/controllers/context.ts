@@ -1,6 +1,7 @@
 import type { Registry } from 'prom-client';
 
-import type { Node } from '../kube/types.js';
+import { Label } from '../api/constants.js';
+import type { Node, Secret } from '../kube/types.js';
 import {
   MachineClassResource,
   MachineDeploymentResource,
@@ -14,9 +15,18 @@ import {
 import type { KubeApi } from '../kube/client.js';
 import type { Clock } from '../kube/clock.js';
 import type { EventRecorder } from '../kube/events.js';
-import { Informer } from '../kube/informer.js';
+import { Informer, labelIndex } from '../kube/informer.js';
 import { CoreResources } from '../kube/resources.js';
 import type { Logger } from '../observability/logger.js';
+
+/** Machines by their `node` label (the name of their Node). */
+export const MACHINE_NODE_INDEX = 'machineNode';
+/** Machines by the name of their class. */
+export const MACHINE_CLASS_INDEX = 'machineClass';
+/** MachineClasses by the names of the secrets they reference. */
+export const CLASS_SECRET_INDEX = 'classSecret';
+/** Nodes by their `node.gardener.cloud/machine-name` label. */
+export const NODE_MACHINE_INDEX = 'nodeMachine';
 
 /** The informers shared by every controller of one manager (one cache per resource). */
 export class SharedInformers {
@@ -24,6 +34,8 @@ export class SharedInformers {
   readonly machineSets: Informer<MachineSet>;
   readonly machineDeployments: Informer<MachineDeployment>;
   readonly machineClasses: Informer<MachineClass>;
+  /** Secrets of the control namespace (class credentials and user data). */
+  readonly secrets: Informer<Secret>;
   /** Nodes of the target cluster; undefined without a target cluster. */
   readonly nodes: Informer<Node> | undefined;
 
@@ -67,6 +79,21 @@ export class SharedInformers {
       name: 'machineclasses',
       ...common,
     });
+    this.secrets = new Informer<Secret>({
+      client: opts.client,
+      resource: CoreResources.secrets,
+      name: 'secrets',
+      ...common,
+    });
+    this.machines.addIndexer(MACHINE_NODE_INDEX, labelIndex(Label.Node));
+    this.machines.addIndexer(MACHINE_CLASS_INDEX, (m) =>
+      m.spec?.class?.name === undefined ? [] : [m.spec.class.name],
+    );
+    this.machineClasses.addIndexer(CLASS_SECRET_INDEX, (c) =>
+      [c.secretRef?.name, c.credentialsSecretRef?.name].filter(
+        (n): n is string => n !== undefined && n !== '',
+      ),
+    );
     if (opts.target !== undefined) {
       const { namespace: _ns, ...clusterWide } = common;
       this.nodes = new Informer<Node>({
@@ -75,13 +102,19 @@ export class SharedInformers {
         name: 'nodes',
         ...clusterWide,
       });
+      this.nodes.addIndexer(NODE_MACHINE_INDEX, labelIndex(Label.NodeMachineName));
     }
   }
 
   private all(): Informer<never>[] {
-    return [this.machines, this.machineSets, this.machineDeployments, this.machineClasses, this.nodes].filter(
-      (i) => i !== undefined,
-    ) as unknown as Informer<never>[];
+    return [
+      this.machines,
+      this.machineSets,
+      this.machineDeployments,
+      this.machineClasses,
+      this.secrets,
+      this.nodes,
+    ].filter((i) => i !== undefined) as unknown as Informer<never>[];
   }
 
   start(): void {

@@ -186,3 +186,28 @@ export interface Node extends KubeObject {
     phase?: string;
   };
 }
+
+/** core/v1 Secret; `data` values are base64 as on the wire. */
+export interface Secret extends KubeObject {
+  type?: string;
+  data?: Record<string, string>;
+  stringData?: Record<string, string>;
+  immutable?: boolean;
+}
+
+/** core/v1 ConfigMap. */
+export interface ConfigMap extends KubeObject {
+  data?: Record<string, string>;
+}
+
+/** core/v1 PersistentVolumeSpec: the parts drivers map to cloud volume IDs. */
+export interface PersistentVolumeSpec {
+  csi?: { driver: string; volumeHandle: string; fsType?: string };
+  hostPath?: { path: string };
+  local?: { path: string };
+  nfs?: { server: string; path: string };
+  claimRef?: ObjectReference;
+  capacity?: ResourceList;
+  storageClassName?: string;
+  [source: string]: unknown;
+}

@@ -1,0 +1,118 @@
+// Bounded replacement of unhealthy machines ("meltdown protection"): an Unknown machine is marked
+// Failed (and so replaced by its MachineSet) only while fewer than the deployment's budget of its
+// machines are already being replaced. Decisions for one deployment are serialised, and marks not
+// yet visible in the cache still count, so concurrent workers cannot overrun the budget.
+
+import { ExtensionAnnotation, MachinePhase } from '../../api/constants.js';
+import {
+  MachineDeploymentResource,
+  MachineSetResource,
+  type Machine,
+  type MachineDeployment,
+  type MachineSet,
+} from '../../api/types.js';
+import { CONTROLLER_UID_INDEX, type DeepReadonly, type Lister } from '../../kube/informer.js';
+import { isPreserved, phaseOf } from '../machines.js';
+import { cachedController } from '../ownership.js';
+import { resolveBudget } from './settings.js';
+
+type CachedMachine = DeepReadonly<Machine>;
+
+export interface BudgetGroup {
+  /** The deployment (or set) whose machines share the budget. */
+  key: string;
+  machines: CachedMachine[];
+  budget: number;
+}
+
+/** Machines counted as "being replaced": anything but Running, Unknown and Available, unless preserved. */
+export function inReplacement(m: CachedMachine, now: number): boolean {
+  const p = phaseOf(m);
+  if (p === MachinePhase.Running || p === MachinePhase.Unknown || p === MachinePhase.Available) return false;
+  return !isPreserved(m, now);
+}
+
+export class ReplacementBudget {
+  private readonly locks = new Map<string, Promise<unknown>>();
+  /** Machines marked Failed whose new phase the cache may not show yet, per group. */
+  private readonly marked = new Map<string, Set<string>>();
+
+  constructor(
+    private readonly machines: Lister<Machine>,
+    private readonly machineSets: Lister<MachineSet>,
+    private readonly deployments: Lister<MachineDeployment>,
+    private readonly defaultBudget: string,
+  ) {}
+
+  /** The group of a machine: its deployment, else its set; undefined for a standalone machine. */
+  groupOf(m: CachedMachine): BudgetGroup | undefined {
+    const ms = cachedController(this.machineSets, m, MachineSetResource.kind);
+    if (ms === undefined) return undefined;
+    const mcd = cachedController(this.deployments, ms, MachineDeploymentResource.kind);
+    const owner = mcd ?? ms;
+    const sets =
+      mcd === undefined ? [ms] : this.machineSets.byIndex(CONTROLLER_UID_INDEX, mcd.metadata.uid ?? '');
+    const machines = sets.flatMap((s) => this.machines.byIndex(CONTROLLER_UID_INDEX, s.metadata.uid ?? ''));
+    const value =
+      owner.metadata.annotations?.[ExtensionAnnotation.MaxUnhealthyReplacements] ?? this.defaultBudget;
+    const replicas = owner.spec?.replicas ?? 0;
+    const budget = resolveBudget(value, replicas) ?? resolveBudget(this.defaultBudget, replicas) ?? 1;
+    return {
+      key: `${mcd === undefined ? 'MachineSet' : 'MachineDeployment'}:${owner.metadata.uid ?? ''}`,
+      machines,
+      budget,
+    };
+  }
+
+  /**
+   * Runs mark() (which marks m Failed) if the group has budget left; resolves to whether it ran.
+   * Machines without a group are always allowed.
+   */
+  async tryMark(
+    m: CachedMachine,
+    now: number,
+    mark: () => Promise<void>,
+  ): Promise<{ allowed: boolean; inReplacement: number; budget: number }> {
+    const group = this.groupOf(m);
+    if (group === undefined) {
+      await mark();
+      return { allowed: true, inReplacement: 0, budget: Infinity };
+    }
+    return this.withLock(group.key, async () => {
+      const fresh = this.groupOf(m) ?? group;
+      const pending = this.pendingMarks(fresh.key, fresh.machines);
+      const busy = fresh.machines.filter((x) => inReplacement(x, now)).length + pending;
+      if (busy >= fresh.budget) return { allowed: false, inReplacement: busy, budget: fresh.budget };
+      await mark();
+      const set = this.marked.get(fresh.key) ?? new Set<string>();
+      set.add(m.metadata.uid ?? '');
+      this.marked.set(fresh.key, set);
+      return { allowed: true, inReplacement: busy + 1, budget: fresh.budget };
+    });
+  }
+
+  /** Marks the cache does not reflect yet (the machine is still Unknown there); forgets the rest. */
+  private pendingMarks(key: string, machines: readonly CachedMachine[]): number {
+    const set = this.marked.get(key);
+    if (set === undefined) return 0;
+    const byUid = new Map(machines.map((x) => [x.metadata.uid ?? '', x]));
+    for (const uid of [...set]) {
+      const cached = byUid.get(uid);
+      if (cached === undefined || phaseOf(cached) !== MachinePhase.Unknown) set.delete(uid);
+    }
+    if (set.size === 0) this.marked.delete(key);
+    return set.size;
+  }
+
+  private async withLock<T>(key: string, fn: () => Promise<T>): Promise<T> {
+    const prev = this.locks.get(key) ?? Promise.resolve();
+    const run = prev.then(fn, fn);
+    const settled = run.catch(() => undefined);
+    this.locks.set(key, settled);
+    try {
+      return await run;
+    } finally {
+      if (this.locks.get(key) === settled) this.locks.delete(key);
+    }
+  }
+}

@@ -1,0 +1,338 @@
+import { EventSource, Finalizer, Label, MachinePhase, Annotation } from '../../api/constants.js';
+import { formatGoDuration } from '../../api/duration.js';
+import { MachineResource, type Machine } from '../../api/types.js';
+import type { ProviderRegistry } from '../../driver/registry.js';
+import { Controller, type ReconcileContext, type ReconcileResult } from '../../kube/controller.js';
+import { jsonEqual } from '../../kube/equal.js';
+import { isConflict, isNotFound } from '../../kube/errors.js';
+import { objectKey, type DeepReadonly } from '../../kube/informer.js';
+import { CoreResources } from '../../kube/resources.js';
+import type { Node } from '../../kube/types.js';
+import type { Logger } from '../../observability/logger.js';
+import {
+  CLASS_SECRET_INDEX,
+  MACHINE_CLASS_INDEX,
+  MACHINE_NODE_INDEX,
+  type ControllerContext,
+} from '../context.js';
+import { phaseOf } from '../machines.js';
+import { addFinalizer } from '../ownership.js';
+import { deleteBootstrapToken, needsBootstrapToken } from './bootstrap.js';
+import { ReplacementBudget } from './budget.js';
+import { needsCreation, runCreationFlow } from './create.js';
+import { runDeletionFlow } from './deletion.js';
+import { MachineEventReason, type MachineDeps } from './deps.js';
+import { planHealth } from './health.js';
+import { MachineMetrics } from './metrics.js';
+import { planNodeSync } from './nodesync.js';
+import { resolveMachineClass } from './resolve.js';
+import type { MachineControllerSettings } from './settings.js';
+import { patchMachine, patchMachineStatus, type StatusChange } from './status.js';
+
+type CachedMachine = DeepReadonly<Machine>;
+type CachedNode = DeepReadonly<Node>;
+
+/** The earliest requeue of several results. */
+function earliest(results: readonly ReconcileResult[]): ReconcileResult {
+  let min: number | undefined;
+  for (const r of results) {
+    if (r.requeueAfter !== undefined && r.requeueAfter > 0)
+      min = min === undefined ? r.requeueAfter : Math.min(min, r.requeueAfter);
+  }
+  return min === undefined ? {} : { requeueAfter: min };
+}
+
+/** Changes of a machine that can change what the controller does with it. */
+function machineChanged(a: CachedMachine, b: CachedMachine): boolean {
+  return (
+    a.metadata.generation !== b.metadata.generation ||
+    a.metadata.deletionTimestamp !== b.metadata.deletionTimestamp ||
+    !jsonEqual(a.metadata.labels, b.metadata.labels) ||
+    !jsonEqual(a.metadata.annotations, b.metadata.annotations) ||
+    !jsonEqual(a.metadata.finalizers, b.metadata.finalizers) ||
+    phaseOf(a) !== phaseOf(b)
+  );
+}
+
+/** Changes of a node that can change its machine's health or node template sync. */
+function nodeChanged(a: CachedNode, b: CachedNode): boolean {
+  const conds = (n: CachedNode): string =>
+    (n.status?.conditions ?? [])
+      .map((c) => `${c.type}=${c.status}/${c.reason ?? ''}`)
+      .sort()
+      .join(',');
+  return (
+    conds(a) !== conds(b) ||
+    a.metadata.deletionTimestamp !== b.metadata.deletionTimestamp ||
+    !jsonEqual(a.spec?.taints, b.spec?.taints) ||
+    !jsonEqual(a.metadata.labels, b.metadata.labels) ||
+    !jsonEqual(a.metadata.annotations, b.metadata.annotations) ||
+    !jsonEqual(a.metadata.finalizers, b.metadata.finalizers) ||
+    !jsonEqual(a.status?.capacity, b.status?.capacity)
+  );
+}
+
+/**
+ * The machine controller (gardener's provider machine-controller): creates each machine's VM
+ * through the driver of its class's provider, follows its node's health through the phases
+ * Pending, Running, Unknown and Failed (replacing unhealthy machines within a budget), keeps the
+ * node's labels, annotations, taints and finalizer in step with the machine, and deletes VM and
+ * node when the machine is deleted.
+ */
+export class MachineController {
+  readonly controller: Controller;
+  readonly deps: MachineDeps;
+  private readonly namespace: string;
+
+  constructor(
+    ctx: ControllerContext,
+    opts: { settings: MachineControllerSettings; providers: ProviderRegistry; workers: number },
+  ) {
+    const { informers } = ctx;
+    this.namespace = ctx.namespace;
+    this.deps = {
+      client: ctx.client,
+      target: ctx.target,
+      informers,
+      clock: ctx.clock,
+      recorder: ctx.recorderFor(EventSource.MachineController),
+      settings: opts.settings,
+      providers: opts.providers,
+      metrics: new MachineMetrics(
+        ctx.registry,
+        informers.machines,
+        informers.machineClasses,
+        informers.machineDeployments,
+      ),
+      budget: new ReplacementBudget(
+        informers.machines,
+        informers.machineSets,
+        informers.machineDeployments,
+        opts.settings.maxUnhealthyReplacements,
+      ),
+    };
+    this.controller = new Controller({
+      name: 'machine',
+      workers: opts.workers,
+      reconciler: { reconcile: (key, rctx) => this.reconcile(key, rctx) },
+      clock: ctx.clock,
+      logger: ctx.logger,
+      registry: ctx.registry,
+      isRequeueError: isConflict,
+    });
+    this.wire();
+  }
+
+  start(): void {
+    this.controller.start();
+  }
+
+  async stop(): Promise<void> {
+    await this.controller.stop();
+  }
+
+  private enqueue(m: CachedMachine): void {
+    this.controller.enqueue(objectKey(m));
+  }
+
+  /** Machines backed by a node: by their `node` label, or the node's machine-name label. */
+  private machinesOfNode(node: CachedNode): CachedMachine[] {
+    const name = node.metadata.name ?? '';
+    const out = this.deps.informers.machines.byIndex(MACHINE_NODE_INDEX, name);
+    const named = node.metadata.labels?.[Label.NodeMachineName];
+    if (named !== undefined && !out.some((m) => m.metadata.name === named)) {
+      const m = this.deps.informers.machines.get(this.namespace, named);
+      if (m !== undefined) out.push(m);
+    }
+    return out;
+  }
+
+  private wire(): void {
+    const { machines, machineClasses, secrets, nodes } = this.deps.informers;
+    machines.addHandler({
+      onAdd: (m) => {
+        this.enqueue(m);
+      },
+      onUpdate: (old, m) => {
+        if (old === m || machineChanged(old, m)) this.enqueue(m);
+      },
+    });
+    nodes?.addHandler({
+      onAdd: (n) => {
+        for (const m of this.machinesOfNode(n)) this.enqueue(m);
+      },
+      onUpdate: (old, n) => {
+        if (old !== n && !nodeChanged(old, n)) return;
+        for (const m of this.machinesOfNode(n)) this.enqueue(m);
+      },
+      onDelete: (n) => {
+        for (const m of this.machinesOfNode(n)) this.enqueue(m);
+      },
+    });
+    const enqueueClassMachines = (
+      className: string,
+      namespace: string | undefined,
+      onlyUncreated: boolean,
+    ): void => {
+      for (const m of machines.byIndex(MACHINE_CLASS_INDEX, className)) {
+        if (m.metadata.namespace !== namespace) continue;
+        if (!onlyUncreated || needsCreation(m)) this.enqueue(m);
+      }
+    };
+    machineClasses.addHandler({
+      onAdd: (c) => {
+        enqueueClassMachines(c.metadata.name ?? '', c.metadata.namespace, true);
+      },
+      onUpdate: (old, c) => {
+        if (old.metadata.resourceVersion === c.metadata.resourceVersion) return;
+        enqueueClassMachines(c.metadata.name ?? '', c.metadata.namespace, false);
+      },
+    });
+    const onSecret = (s: DeepReadonly<{ metadata: { name?: string; namespace?: string } }>): void => {
+      for (const c of machineClasses.byIndex(CLASS_SECRET_INDEX, s.metadata.name ?? '')) {
+        if (c.metadata.namespace === s.metadata.namespace)
+          enqueueClassMachines(c.metadata.name ?? '', c.metadata.namespace, true);
+      }
+    };
+    secrets.addHandler({
+      onAdd: onSecret,
+      onUpdate: (_o, s) => {
+        onSecret(s);
+      },
+    });
+  }
+
+  async reconcile(key: string, { log }: ReconcileContext): Promise<ReconcileResult> {
+    const m = this.deps.informers.machines.getByKey(key);
+    if (m === undefined) return {};
+    if (m.metadata.deletionTimestamp !== undefined) return runDeletionFlow(this.deps, m, log);
+    if (!(m.metadata.finalizers ?? []).includes(Finalizer.MachineControllerManager)) {
+      // The finalizer comes first: no VM may exist for a machine that can vanish without us.
+      await addFinalizer(this.deps.client, MachineResource, m, Finalizer.MachineControllerManager);
+      return {};
+    }
+    const results: ReconcileResult[] = [];
+    const nodeName = m.metadata.labels?.[Label.Node];
+    if (this.deps.target !== undefined && nodeName !== undefined && phaseOf(m) !== MachinePhase.Creating) {
+      results.push(await this.reconcileHealth(m, nodeName, log));
+    }
+    if (needsCreation(m)) results.push(await runCreationFlow(this.deps, m, log));
+    return earliest(results);
+  }
+
+  /** Conditions and phase from the node, then the node brought in line with the machine. */
+  private async reconcileHealth(m: CachedMachine, nodeName: string, log: Logger): Promise<ReconcileResult> {
+    const d = this.deps;
+    const node = d.informers.nodes?.get(undefined, nodeName);
+    const now = d.clock.now();
+    const decision = planHealth(m, node, d.settings, now);
+    const change: StatusChange = {};
+    if (decision.conditions !== undefined) change.conditions = decision.conditions;
+    let result: ReconcileResult =
+      decision.recheckAfterMs === undefined ? {} : { requeueAfter: Math.max(1000, decision.recheckAfterMs) };
+    let current: CachedMachine | Machine = m;
+    const t = decision.transition;
+    if (t !== undefined) {
+      change.phase = t.phase;
+      change.lastOperation = t.lastOperation;
+      if (t.phase === MachinePhase.Running) change.timeoutActive = false;
+      if (t.needsBudget) {
+        const outcome = await d.budget.tryMark(m, now, async () => {
+          current = await patchMachineStatus(d.client, m, change, now);
+        });
+        if (!outcome.allowed) {
+          const message = `Machine ${m.metadata.name ?? ''} is unhealthy past its health timeout, but ${outcome.inReplacement} machine(s) of its deployment are already being replaced (budget ${outcome.budget}); it is marked Failed once one finishes`;
+          d.recorder.event(m, 'Warning', MachineEventReason.ReplacementBudgetExhausted, message);
+          log.info('replacement budget exhausted', {
+            inReplacement: outcome.inReplacement,
+            budget: outcome.budget,
+          });
+          if (change.conditions !== undefined)
+            current = await patchMachineStatus(d.client, m, { conditions: change.conditions }, now);
+          result = { requeueAfter: 60_000 };
+        } else {
+          d.recorder.event(m, 'Warning', MachineEventReason.MachineFailed, t.lastOperation.description ?? '');
+        }
+      } else {
+        current = await patchMachineStatus(d.client, m, change, now);
+        await this.afterTransition(current, t.reason, t.joinDurationMs, log);
+      }
+    } else if (change.conditions !== undefined) {
+      current = await patchMachineStatus(d.client, m, change, now);
+    }
+    if (node !== undefined && node.metadata.deletionTimestamp === undefined)
+      await this.syncNode(current, node);
+    return result;
+  }
+
+  private async afterTransition(
+    m: Machine | CachedMachine,
+    reason: string,
+    joinDurationMs: number | undefined,
+    log: Logger,
+  ): Promise<void> {
+    const d = this.deps;
+    switch (reason) {
+      case 'joined': {
+        log.info('machine joined the cluster', { node: m.metadata.labels?.[Label.Node], joinDurationMs });
+        if (joinDurationMs !== undefined) {
+          d.metrics.observe('join', m, joinDurationMs / 1000);
+          await patchMachine(d.client, m, {
+            annotations: { [Annotation.MachineJoinDuration]: formatGoDuration(joinDurationMs) },
+          });
+        }
+        await this.deleteBootstrapTokenIfUsed(m);
+        return;
+      }
+      case 'join-timeout':
+        d.metrics.failedToJoin(m);
+        d.recorder.event(
+          m,
+          'Warning',
+          MachineEventReason.MachineFailed,
+          m.status?.lastOperation?.description ?? '',
+        );
+        return;
+      default:
+        log.info('machine phase changed', { phase: m.status?.currentStatus?.phase, reason });
+    }
+  }
+
+  /** The token is only created for user data that asks for it, so only then is it deleted. */
+  private async deleteBootstrapTokenIfUsed(m: Machine | CachedMachine): Promise<void> {
+    const target = this.deps.target;
+    if (target === undefined) return;
+    const r = resolveMachineClass(
+      {
+        machineClasses: this.deps.informers.machineClasses,
+        secrets: this.deps.informers.secrets,
+        providers: this.deps.providers,
+      },
+      m,
+      { requireFinalizer: false },
+    );
+    const raw = r.ok ? r.secret.data?.userData : undefined;
+    if (raw === undefined || !needsBootstrapToken(Buffer.from(raw, 'base64').toString('utf8'))) return;
+    await deleteBootstrapToken(target, m.metadata.name ?? '');
+  }
+
+  private async syncNode(m: Machine | CachedMachine, node: CachedNode): Promise<void> {
+    const target = this.deps.target;
+    if (target === undefined) return;
+    const cls = this.deps.informers.machineClasses.get(m.metadata.namespace, m.spec?.class?.name ?? '');
+    const plan = planNodeSync(node, m, cls, true);
+    try {
+      if (plan.patch !== undefined) {
+        await target.patch(CoreResources.nodes, node.metadata.name ?? '', plan.patch, { type: 'merge' });
+      }
+      if (plan.statusPatch !== undefined) {
+        await target.patch(CoreResources.nodes, node.metadata.name ?? '', plan.statusPatch, {
+          type: 'merge',
+          subresource: 'status',
+        });
+      }
+    } catch (err) {
+      if (!isNotFound(err)) throw err;
+    }
+  }
+}

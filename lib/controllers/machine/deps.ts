@@ -1,0 +1,32 @@
+import type { ProviderRegistry } from '../../driver/registry.js';
+import type { KubeApi } from '../../kube/client.js';
+import type { Clock } from '../../kube/clock.js';
+import type { EventRecorder } from '../../kube/events.js';
+import type { SharedInformers } from '../context.js';
+import type { ReplacementBudget } from './budget.js';
+import type { MachineMetrics } from './metrics.js';
+import type { MachineControllerSettings } from './settings.js';
+
+/** What the machine controller's flows share. */
+export interface MachineDeps {
+  client: KubeApi;
+  /** Undefined when running without a target cluster. */
+  target: KubeApi | undefined;
+  informers: SharedInformers;
+  clock: Clock;
+  recorder: EventRecorder;
+  settings: MachineControllerSettings;
+  providers: ProviderRegistry;
+  metrics: MachineMetrics;
+  budget: ReplacementBudget;
+}
+
+/** Event reasons of the machine controller (gardener MCM records none on machines). */
+export const MachineEventReason = {
+  CreateFailed: 'CreateFailed',
+  InitializeFailed: 'InitializeFailed',
+  MachineFailed: 'MachineFailed',
+  ReplacementBudgetExhausted: 'ReplacementBudgetExhausted',
+  DeleteFailed: 'DeleteFailed',
+  StaleNode: 'StaleNode',
+} as const;

@@ -1,0 +1,231 @@
+// Health of a machine with a node (pure): conditions mirrored from the node, and the phase
+// transitions Pending → Running | Failed, Running → Unknown, Unknown → Running | Failed, with the
+// creation and health timeouts (MCM's reconcileMachineHealth).
+
+import {
+  MachineOperationType,
+  MachinePhase,
+  MachineState,
+  NodeConditionType,
+  TaintKey,
+} from '../../api/constants.js';
+import { formatGoDuration } from '../../api/duration.js';
+import type { LastOperation, Machine } from '../../api/types.js';
+import type { DeepReadonly } from '../../kube/informer.js';
+import type { Node, NodeCondition } from '../../kube/types.js';
+import { rfc3339 } from '../conditions.js';
+import { phaseOf } from '../machines.js';
+import {
+  creationTimeoutOf,
+  healthTimeoutOf,
+  nodeConditionsOf,
+  type MachineControllerSettings,
+} from './settings.js';
+
+type AnyMachine = Machine | DeepReadonly<Machine>;
+type AnyNode = Node | DeepReadonly<Node>;
+
+export type HealthTransitionReason = 'joined' | 'rejoined' | 'unhealthy' | 'join-timeout' | 'health-timeout';
+
+export interface HealthDecision {
+  /** The node's conditions, when they differ from the machine's (undefined: keep). */
+  conditions?: NodeCondition[] | undefined;
+  transition?:
+    | {
+        phase: MachinePhase;
+        lastOperation: LastOperation;
+        reason: HealthTransitionReason;
+        /** Unknown → Failed only happens within the deployment's replacement budget. */
+        needsBudget: boolean;
+        /** For joined: ms from creation to Running. */
+        joinDurationMs?: number;
+      }
+    | undefined;
+  /** Look again after this long: a timeout runs out then. */
+  recheckAfterMs?: number | undefined;
+}
+
+function time(s: string | undefined): number | undefined {
+  if (s === undefined) return undefined;
+  const t = Date.parse(s);
+  return Number.isNaN(t) ? undefined : t;
+}
+
+/** Healthy: it has conditions, Ready is True, and no configured problem condition is other than False. */
+export function isNodeHealthy(
+  conditions: readonly DeepReadonly<NodeCondition>[],
+  problemTypes: readonly string[],
+): boolean {
+  if (conditions.length === 0) return false;
+  let ready = false;
+  for (const c of conditions) {
+    if (c.type === 'Ready') ready = c.status === 'True';
+    else if (problemTypes.includes(c.type) && c.status !== 'False') return false;
+  }
+  return ready;
+}
+
+/** Whether the machine's stored conditions still mirror the node's (type and status; reason for in-place updates). */
+export function conditionsInSync(
+  machine: readonly DeepReadonly<NodeCondition>[] | undefined,
+  node: readonly DeepReadonly<NodeCondition>[] | undefined,
+): boolean {
+  const m = machine ?? [];
+  const n = node ?? [];
+  if (m.length !== n.length) return false;
+  return n.every((nc) => {
+    const mc = m.find((c) => c.type === nc.type);
+    if (mc?.status !== nc.status) return false;
+    return nc.type !== NodeConditionType.InPlaceUpdate || mc.reason === nc.reason;
+  });
+}
+
+function describeConditions(conds: readonly DeepReadonly<NodeCondition>[]): string {
+  return conds.length === 0 ? 'none' : conds.map((c) => `${c.type}=${c.status}`).join(', ');
+}
+
+export function lastOp(
+  type: MachineOperationType,
+  state: MachineState,
+  description: string,
+  now: number,
+  errorCode?: string,
+): LastOperation {
+  return {
+    type,
+    state,
+    description,
+    lastUpdateTime: rfc3339(now),
+    ...(errorCode === undefined ? {} : { errorCode }),
+  };
+}
+
+/**
+ * What the node says about the machine now. `node` undefined means no Node of that name exists
+ * (the caller only asks once its node cache is synced).
+ */
+export function planHealth(
+  m: AnyMachine,
+  node: AnyNode | undefined,
+  settings: MachineControllerSettings,
+  now: number,
+): HealthDecision {
+  const name = m.metadata.name ?? '';
+  const nodeConds = node?.status?.conditions ?? [];
+  const decision: HealthDecision = {};
+  if (node !== undefined && !conditionsInSync(m.status?.conditions, nodeConds)) {
+    decision.conditions = nodeConds.map((c) => structuredClone(c) as NodeCondition);
+  }
+  const healthy = node !== undefined && isNodeHealthy(nodeConds, nodeConditionsOf(m, settings));
+  const phase = phaseOf(m);
+  switch (phase) {
+    case MachinePhase.Pending: {
+      const created = time(m.metadata.creationTimestamp) ?? now;
+      const critical =
+        node?.spec?.taints?.some((t) => t.key === TaintKey.CriticalComponentsNotReady) ?? false;
+      if (healthy && !critical) {
+        const joinDurationMs = Math.max(0, now - created);
+        decision.transition = {
+          phase: MachinePhase.Running,
+          lastOperation: lastOp(
+            MachineOperationType.Create,
+            MachineState.Successful,
+            `Machine ${name} successfully joined the cluster in ${formatGoDuration(joinDurationMs)}`,
+            now,
+          ),
+          reason: 'joined',
+          needsBudget: false,
+          joinDurationMs,
+        };
+        return decision;
+      }
+      const timeout = creationTimeoutOf(m, settings);
+      const deadline = created + timeout;
+      if (now >= deadline) {
+        const why =
+          node === undefined
+            ? 'its node never registered'
+            : `node conditions: ${describeConditions(nodeConds)}`;
+        decision.transition = {
+          phase: MachinePhase.Failed,
+          lastOperation: lastOp(
+            MachineOperationType.Create,
+            MachineState.Failed,
+            `Machine ${name} did not join the cluster within the creation timeout of ${formatGoDuration(timeout)} (${why})`,
+            now,
+          ),
+          reason: 'join-timeout',
+          needsBudget: false,
+        };
+      } else {
+        decision.recheckAfterMs = deadline - now;
+      }
+      return decision;
+    }
+    case MachinePhase.Running: {
+      const lostNode = node === undefined && (m.status?.conditions?.length ?? 0) > 0;
+      if (!healthy && (node !== undefined || lostNode)) {
+        const detail =
+          node === undefined ? 'its node is gone' : `node conditions: ${describeConditions(nodeConds)}`;
+        decision.transition = {
+          phase: MachinePhase.Unknown,
+          lastOperation: lastOp(
+            MachineOperationType.HealthCheck,
+            MachineState.Processing,
+            `Machine ${name} is unhealthy - changing MachineState to Unknown (${detail})`,
+            now,
+          ),
+          reason: 'unhealthy',
+          needsBudget: false,
+        };
+      }
+      return decision;
+    }
+    case MachinePhase.Unknown:
+    case MachinePhase.Failed: {
+      if (healthy) {
+        decision.transition = {
+          phase: MachinePhase.Running,
+          lastOperation: lastOp(
+            MachineOperationType.HealthCheck,
+            MachineState.Successful,
+            `Machine ${name} successfully re-joined the cluster`,
+            now,
+          ),
+          reason: 'rejoined',
+          needsBudget: false,
+        };
+        return decision;
+      }
+      if (phase === MachinePhase.Failed || m.spec?.disableHealthTimeout === true) return decision;
+      const since = time(m.status?.currentStatus?.lastUpdateTime) ?? now;
+      const timeout = healthTimeoutOf(m, settings);
+      if (now - since >= timeout) {
+        const detail =
+          node === undefined ? 'its node is gone' : `node conditions: ${describeConditions(nodeConds)}`;
+        decision.transition = {
+          phase: MachinePhase.Failed,
+          lastOperation: lastOp(
+            MachineOperationType.HealthCheck,
+            MachineState.Failed,
+            `Machine ${name} has been unhealthy for longer than the health timeout of ${formatGoDuration(timeout)} (${detail}); marked Failed`,
+            now,
+          ),
+          reason: 'health-timeout',
+          needsBudget: true,
+        };
+      } else {
+        decision.recheckAfterMs = since + timeout - now;
+      }
+      return decision;
+    }
+    case MachinePhase.Creating:
+    case MachinePhase.Available:
+    case MachinePhase.CrashLoopBackOff:
+    case MachinePhase.Terminating:
+    case MachinePhase.InPlaceUpdating:
+    case MachinePhase.InPlaceUpdateSuccessful:
+    case MachinePhase.InPlaceUpdateFailed:
+      return decision;
+  }
+}

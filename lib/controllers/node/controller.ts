@@ -1,0 +1,105 @@
+import { Annotation, EventSource, Label } from '../../api/constants.js';
+import { MachineResource, type Machine } from '../../api/types.js';
+import { Controller, type ReconcileContext, type ReconcileResult } from '../../kube/controller.js';
+import { isConflict, isNotFound } from '../../kube/errors.js';
+import type { EventRecorder } from '../../kube/events.js';
+import type { DeepReadonly, Informer } from '../../kube/informer.js';
+import type { Node } from '../../kube/types.js';
+import { MACHINE_NODE_INDEX, type ControllerContext } from '../context.js';
+
+/**
+ * The node controller: a Node that is deleted (or being deleted) takes its Machine with it, as in
+ * gardener MCM ("delete the Node to delete a machine you cannot reach"). It acts only on deletions
+ * it observes, so a machine whose node has not registered yet is never touched. (The node's
+ * finalizer and labels are kept by the machine controller, which writes them in one patch.)
+ */
+export class NodeController {
+  readonly controller: Controller;
+  private readonly recorder: EventRecorder;
+  private readonly nodes: Informer<Node>;
+
+  constructor(private readonly ctx: ControllerContext) {
+    const nodes = ctx.informers.nodes;
+    if (nodes === undefined) throw new Error('the node controller needs a target cluster');
+    this.nodes = nodes;
+    this.recorder = ctx.recorderFor(EventSource.MachineController);
+    this.controller = new Controller({
+      name: 'node',
+      workers: 2,
+      reconciler: { reconcile: (key, rctx) => this.reconcile(key, rctx) },
+      clock: ctx.clock,
+      logger: ctx.logger,
+      registry: ctx.registry,
+      isRequeueError: isConflict,
+    });
+    nodes.addHandler({
+      onUpdate: (old, n) => {
+        if (old.metadata.deletionTimestamp === undefined && n.metadata.deletionTimestamp !== undefined)
+          this.controller.enqueue(n.metadata.name ?? '');
+      },
+      onDelete: (n) => {
+        this.controller.enqueue(n.metadata.name ?? '');
+      },
+    });
+  }
+
+  start(): void {
+    this.controller.start();
+  }
+
+  async stop(): Promise<void> {
+    await this.controller.stop();
+  }
+
+  private machinesOf(name: string, node: DeepReadonly<Node> | undefined): DeepReadonly<Machine>[] {
+    const machines = this.ctx.informers.machines;
+    const found = machines
+      .byIndex(MACHINE_NODE_INDEX, name)
+      .filter((m) => m.metadata.namespace === this.ctx.namespace);
+    const named = node?.metadata.labels?.[Label.NodeMachineName];
+    if (named !== undefined && !found.some((m) => m.metadata.name === named)) {
+      const m = machines.get(this.ctx.namespace, named);
+      if (m !== undefined && (m.metadata.labels?.[Label.Node] ?? name) === name) found.push(m);
+    }
+    return found;
+  }
+
+  async reconcile(name: string, { log }: ReconcileContext): Promise<ReconcileResult> {
+    const node = this.nodes.get(undefined, name);
+    if (node !== undefined && node.metadata.deletionTimestamp === undefined) return {};
+    if (node?.metadata.annotations?.[Annotation.NotManagedByMCM] !== undefined) return {};
+    const machines = this.machinesOf(name, node).filter((m) => m.metadata.deletionTimestamp === undefined);
+    if (machines.length > 1) {
+      log.warn('node is claimed by several machines; deleting none', {
+        machines: machines.map((m) => m.metadata.name),
+      });
+      for (const m of machines) {
+        this.recorder.event(
+          m,
+          'Warning',
+          'AmbiguousNode',
+          `Node ${name} is claimed by ${machines.length} machines; none is deleted`,
+        );
+      }
+      return {};
+    }
+    const m = machines[0];
+    if (m === undefined) return {};
+    try {
+      await this.ctx.client.delete(MachineResource, m.metadata.name ?? '', {
+        namespace: m.metadata.namespace ?? '',
+        preconditions: { uid: m.metadata.uid ?? '' },
+      });
+      log.info('node was deleted; deleting its machine', { machine: m.metadata.name });
+      this.recorder.event(
+        m,
+        'Normal',
+        'NodeDeleted',
+        `Node ${name} was deleted, so its machine is deleted too`,
+      );
+    } catch (err) {
+      if (!isNotFound(err)) throw err;
+    }
+    return {};
+  }
+}

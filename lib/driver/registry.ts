@@ -1,0 +1,77 @@
+import type { Registry } from 'prom-client';
+
+import type { KubeApi } from '../kube/client.js';
+import type { Clock } from '../kube/clock.js';
+import type { Informer } from '../kube/informer.js';
+import type { Node } from '../kube/types.js';
+import type { Logger } from '../observability/logger.js';
+import type { Driver } from './driver.js';
+import { instrumentDriver } from './metrics.js';
+
+/** What a provider may use of the manager: clients, the node cache, time, logs, metrics. */
+export interface ProviderContext {
+  /** Control cluster (machine objects), for providers that keep state there. */
+  control: KubeApi;
+  /** Target cluster, undefined when running without one (--target-kubeconfig=none). */
+  target: KubeApi | undefined;
+  /** The control namespace the manager serves. */
+  namespace: string;
+  /** The manager's cache of target-cluster Nodes (shared, read only); undefined without target. */
+  nodes: Informer<Node> | undefined;
+  clock: Clock;
+  logger: Logger;
+  registry: Registry;
+}
+
+/** A running provider: its driver plus an optional background lifecycle. */
+export interface Provider {
+  readonly driver: Driver;
+  /** Starts background work (the manager calls it once the caches are synced). */
+  start?(): void;
+  stop?(): Promise<void>;
+}
+
+export type ProviderFactory = (ctx: ProviderContext) => Provider;
+
+/**
+ * Providers by `MachineClass.provider` name. Factories are registered at start-up; the manager
+ * instantiates each once, and drivers handed out are wrapped with call metrics.
+ */
+export class ProviderRegistry {
+  private readonly factories = new Map<string, ProviderFactory>();
+  private readonly providers = new Map<string, { provider: Provider; driver: Driver }>();
+
+  register(name: string, factory: ProviderFactory): this {
+    if (this.factories.has(name)) throw new Error(`provider ${name} is registered twice`);
+    this.factories.set(name, factory);
+    return this;
+  }
+
+  names(): string[] {
+    return [...this.factories.keys()].sort();
+  }
+
+  /** Instantiates every registered provider. */
+  instantiate(ctx: ProviderContext): void {
+    for (const [name, factory] of this.factories) {
+      if (this.providers.has(name)) continue;
+      const provider = factory(ctx);
+      this.providers.set(name, { provider, driver: instrumentDriver(name, provider.driver, ctx.registry) });
+    }
+  }
+
+  /** The driver for a class's provider, or undefined when no such provider is registered. */
+  driverFor(name: string): Driver | undefined {
+    return this.providers.get(name)?.driver;
+  }
+
+  start(): void {
+    for (const { provider } of this.providers.values()) provider.start?.();
+  }
+
+  async stop(): Promise<void> {
+    await Promise.all(
+      [...this.providers.values()].map(({ provider }) => provider.stop?.() ?? Promise.resolve()),
+    );
+  }
+}

@@ -1,0 +1,161 @@
+// The virtual cloud's "hypervisor": moves VMs through their lives on time. A booting VM's node
+// becomes Ready at its boot time; a VM with the notReadyAfter failure mode turns NotReady later.
+// It is a small controller over the VM nodes in the shared node cache, so pending transitions
+// survive our restarts (they are read back from the nodes) and failed writes back off.
+
+import type { Registry } from 'prom-client';
+
+import type { KubeApi } from '../../kube/client.js';
+import type { Clock } from '../../kube/clock.js';
+import { Controller, type ReconcileResult } from '../../kube/controller.js';
+import { isConflict, isNotFound } from '../../kube/errors.js';
+import type { DeepReadonly, Informer } from '../../kube/informer.js';
+import { CoreResources } from '../../kube/resources.js';
+import type { Node } from '../../kube/types.js';
+import type { Logger } from '../../observability/logger.js';
+import { isVmNode } from './store.js';
+import {
+  KWOK_ANNOTATION,
+  KWOK_ANNOTATION_VALUE,
+  NOT_READY_TAINT,
+  VirtualKey,
+  readyCondition,
+  type VmState,
+} from './vm.js';
+
+export type VmTransition =
+  | { kind: 'none'; recheckAfterMs?: number }
+  /** Node Ready (status first), then state running, kwok annotation, not-ready taint removed. */
+  | { kind: 'boot' }
+  /** State stopped and kwok annotation removed (metadata first), then node NotReady. */
+  | { kind: 'stop' }
+  /** A stopped VM's node still says Ready (a stop interrupted between its two writes). */
+  | { kind: 'mark-not-ready' };
+
+function time(s: string | undefined): number | undefined {
+  if (s === undefined) return undefined;
+  const t = Date.parse(s);
+  return Number.isNaN(t) ? undefined : t;
+}
+
+function isReady(node: DeepReadonly<Node>): boolean {
+  return node.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
+}
+
+/** What is due for a VM node now (pure). Nodes without a state annotation count as running. */
+export function planVmTransition(node: DeepReadonly<Node>, now: number): VmTransition {
+  if (!isVmNode(node) || node.metadata.deletionTimestamp !== undefined) return { kind: 'none' };
+  const a = node.metadata.annotations ?? {};
+  const state = (a[VirtualKey.State] ?? 'running') as VmState;
+  switch (state) {
+    case 'booting': {
+      if (a[VirtualKey.BootNeverCompletes] === 'true') return { kind: 'none' };
+      const bootAt = time(a[VirtualKey.BootAt]) ?? now;
+      return bootAt <= now ? { kind: 'boot' } : { kind: 'none', recheckAfterMs: bootAt - now };
+    }
+    case 'running': {
+      const at = time(a[VirtualKey.NotReadyAt]);
+      if (at === undefined) return { kind: 'none' };
+      return at <= now ? { kind: 'stop' } : { kind: 'none', recheckAfterMs: at - now };
+    }
+    case 'stopped':
+      return isReady(node) ? { kind: 'mark-not-ready' } : { kind: 'none' };
+    default:
+      return { kind: 'none' };
+  }
+}
+
+export class Hypervisor {
+  private readonly controller: Controller;
+
+  constructor(
+    private readonly client: KubeApi,
+    private readonly nodes: Informer<Node>,
+    private readonly clock: Clock,
+    logger: Logger,
+    registry: Registry,
+  ) {
+    this.controller = new Controller({
+      name: 'virtual-hypervisor',
+      workers: 4,
+      reconciler: { reconcile: (key) => this.reconcile(key) },
+      clock,
+      logger,
+      registry,
+      isRequeueError: isConflict,
+    });
+    const enqueue = (n: DeepReadonly<Node>): void => {
+      if (isVmNode(n)) this.controller.enqueue(n.metadata.name ?? '');
+    };
+    nodes.addHandler({
+      onAdd: enqueue,
+      onUpdate: (_old, n) => {
+        enqueue(n);
+      },
+    });
+  }
+
+  start(): void {
+    this.controller.start();
+  }
+
+  stop(): Promise<void> {
+    return this.controller.stop();
+  }
+
+  private async reconcile(name: string): Promise<ReconcileResult> {
+    const node = this.nodes.get(undefined, name);
+    if (node === undefined) return {};
+    const plan = planVmTransition(node, this.clock.now());
+    try {
+      switch (plan.kind) {
+        case 'none':
+          return plan.recheckAfterMs === undefined ? {} : { requeueAfter: Math.max(1, plan.recheckAfterMs) };
+        case 'boot': {
+          // Status first: the metadata patch then carries the resourceVersion that write returned.
+          const ready = await this.setReady(name, true);
+          await this.patchMetadata(ready, 'running', true);
+          return {};
+        }
+        case 'stop':
+          await this.patchMetadata(node, 'stopped', false);
+          await this.setReady(name, false);
+          return {};
+        case 'mark-not-ready':
+          await this.setReady(name, false);
+          return {};
+      }
+    } catch (err) {
+      if (isNotFound(err)) return {};
+      throw err;
+    }
+  }
+
+  private async setReady(name: string, ready: boolean): Promise<Node> {
+    const now = new Date(this.clock.now()).toISOString().replace(/\.\d{3}Z$/, 'Z');
+    return this.client.patch<Node>(
+      CoreResources.nodes,
+      name,
+      { status: { conditions: [readyCondition(ready, now)], ...(ready ? { phase: 'Running' } : {}) } },
+      { type: 'strategic', subresource: 'status' },
+    );
+  }
+
+  private async patchMetadata(node: DeepReadonly<Node> | Node, state: VmState, kwok: boolean): Promise<void> {
+    const taints = (node.spec?.taints ?? []).filter(
+      (t) => !(t.key === NOT_READY_TAINT.key && t.effect === NOT_READY_TAINT.effect),
+    );
+    await this.client.patch(
+      CoreResources.nodes,
+      node.metadata.name ?? '',
+      {
+        metadata: {
+          resourceVersion: node.metadata.resourceVersion,
+          annotations: { [VirtualKey.State]: state, [KWOK_ANNOTATION]: kwok ? KWOK_ANNOTATION_VALUE : null },
+        },
+        ...(state === 'running' ? { spec: { taints: taints.length === 0 ? null : taints } } : {}),
+      },
+      { type: 'merge' },
+    );
+  }
+}

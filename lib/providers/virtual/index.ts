@@ -1,0 +1,45 @@
+import type { ProviderFactory } from '../../driver/registry.js';
+import { VirtualDriver } from './driver.js';
+import { Hypervisor } from './hypervisor.js';
+import { ConfigMapVmStore, NodeVmStore, type VmStore } from './store.js';
+
+export { VIRTUAL_PROVIDER } from './vm.js';
+
+/**
+ * The built-in simulated cloud (`MachineClass.provider: virtual`). With a target cluster each VM
+ * is a Node there, brought to Ready by the hypervisor when its boot delay has passed and kept
+ * alive by kwok when kwok runs; without one, VMs are ConfigMaps in the control namespace.
+ */
+export function virtualProvider(opts: { random?: () => number } = {}): ProviderFactory {
+  return (ctx) => {
+    let store: VmStore;
+    let hypervisor: Hypervisor | undefined;
+    if (ctx.target !== undefined && ctx.nodes !== undefined) {
+      store = new NodeVmStore(ctx.target, ctx.nodes);
+      hypervisor = new Hypervisor(
+        ctx.target,
+        ctx.nodes,
+        ctx.clock,
+        ctx.logger.child({ provider: 'virtual' }),
+        ctx.registry,
+      );
+    } else {
+      store = new ConfigMapVmStore(ctx.control, ctx.namespace, ctx.logger.child({ provider: 'virtual' }));
+    }
+    return {
+      driver: new VirtualDriver({
+        store,
+        clock: ctx.clock,
+        ...(opts.random === undefined ? {} : { random: opts.random }),
+      }),
+      start: () => {
+        store.start();
+        hypervisor?.start();
+      },
+      stop: async () => {
+        await hypervisor?.stop();
+        await store.stop();
+      },
+    };
+  };
+}
