@@ -134,6 +134,7 @@ export class Manager {
         qps: CLOUD_CLIENT_QPS,
         burst: CLOUD_CLIENT_BURST,
         clock: this.clock,
+        registry: this.registry,
         userAgent: `${deps.userAgent ?? 'machine-controller-manager-ts'}/provider-${side}`,
       });
       this.cloudClients.push(c);

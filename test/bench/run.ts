@@ -1,9 +1,11 @@
 import { benchInformer } from './informer.bench.js';
+import { benchLifecycle } from './lifecycle.bench.js';
 import { benchMachineSet } from './machineset.bench.js';
 
 const benches: Record<string, () => Promise<void>> = {
   informer: benchInformer,
   machineset: benchMachineSet,
+  lifecycle: benchLifecycle,
 };
 
 const only = process.argv.slice(2);

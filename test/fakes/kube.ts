@@ -101,6 +101,32 @@ function mergePatch(target: unknown, patch: unknown): unknown {
   return out;
 }
 
+/**
+ * The strategic-merge subset controllers use: a merge patch, except that lists of objects keyed by
+ * `type` (conditions) merge item by item instead of being replaced.
+ */
+function strategicPatch(target: unknown, patch: unknown): unknown {
+  if (patch === null || typeof patch !== 'object' || Array.isArray(patch)) return structuredClone(patch);
+  const out: Record<string, unknown> =
+    target !== null && typeof target === 'object' && !Array.isArray(target)
+      ? { ...(target as Record<string, unknown>) }
+      : {};
+  for (const [k, v] of Object.entries(patch as Record<string, unknown>)) {
+    const cur = out[k];
+    if (v === null) Reflect.deleteProperty(out, k);
+    else if (k === 'conditions' && Array.isArray(v) && Array.isArray(cur)) {
+      const merged = [...(cur as { type?: string }[])].map((c) => ({ ...c }));
+      for (const item of v as { type?: string }[]) {
+        const i = merged.findIndex((c) => c.type === item.type);
+        if (i >= 0) merged[i] = { ...merged[i], ...item };
+        else merged.push(structuredClone(item));
+      }
+      out[k] = merged;
+    } else out[k] = strategicPatch(cur, v);
+  }
+  return out;
+}
+
 function jsonPointer(path: string): string[] {
   return path
     .split('/')
@@ -478,6 +504,7 @@ export class FakeKube implements KubeApi {
       const current = this.existing(res, name, opts.namespace);
       let next: unknown;
       if (opts.type === 'merge') next = mergePatch(current, patch);
+      else if (opts.type === 'strategic') next = strategicPatch(current, patch);
       else if (opts.type === 'json') next = jsonPatch(current, patch as { op: string; path: string }[]);
       else
         throw new InvalidError(

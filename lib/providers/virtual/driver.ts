@@ -38,8 +38,12 @@ export class VirtualDriver implements Driver {
   private readonly store: VmStore;
   private readonly clock: Clock;
   private readonly random: () => number;
-  /** Creations in flight per zone, so concurrent creates cannot overrun a zone's capacity. */
-  private readonly inFlight = new Map<string, Set<string>>();
+  /**
+   * VMs per zone created (or being created) by this driver that the cache may not show yet, so
+   * that concurrent creates cannot overrun a zone's capacity. A name leaves the set once the cache
+   * shows its VM (it is counted there from then on), or when its creation fails.
+   */
+  private readonly pending = new Map<string, Set<string>>();
 
   constructor(opts: VirtualDriverOptions) {
     this.store = opts.store;
@@ -91,10 +95,9 @@ export class VirtualDriver implements Driver {
   private checkCapacity(spec: VirtualProviderSpec, zone: string, name: string): void {
     const limit = spec.zoneCapacity[zone];
     if (limit === undefined) return;
-    const pending = [...(this.inFlight.get(zone) ?? [])].filter(
-      (n) => n !== name && this.store.get(n) === undefined,
-    );
-    const used = this.store.countInZone(zone) + pending.length;
+    const pending = this.pending.get(zone) ?? new Set<string>();
+    for (const n of [...pending]) if (this.store.get(n) !== undefined) pending.delete(n);
+    const used = this.store.countInZone(zone) + [...pending].filter((n) => n !== name).length;
     if (used >= limit) {
       throw new MachineError(
         'ResourceExhausted',
@@ -112,8 +115,8 @@ export class VirtualDriver implements Driver {
       return { providerID: existing.providerID, nodeName: existing.name, addresses: existing.addresses };
     }
     this.checkCapacity(spec, shape.zone, name);
-    const zoneSet = this.inFlight.get(shape.zone) ?? new Set<string>();
-    this.inFlight.set(shape.zone, zoneSet);
+    const zoneSet = this.pending.get(shape.zone) ?? new Set<string>();
+    this.pending.set(shape.zone, zoneSet);
     zoneSet.add(name);
     try {
       const now = this.clock.now();
@@ -134,8 +137,9 @@ export class VirtualDriver implements Driver {
         signal,
       );
       return { providerID: rec.providerID, nodeName: rec.name, addresses: rec.addresses };
-    } finally {
+    } catch (err) {
       zoneSet.delete(name);
+      throw err;
     }
   }
 
@@ -174,6 +178,7 @@ export class VirtualDriver implements Driver {
     if (parsed.ok) await this.enter(parsed.spec, 'DeleteMachine', signal);
     else await this.store.waitForSync(signal);
     const vm = this.ownVm(req, await this.store.getFresh(this.vmName(req), signal));
+    if (vm !== undefined) this.pending.get(vm.zone)?.delete(vm.name);
     if (vm === undefined || !(await this.store.delete(vm, signal))) throw this.notFound(req);
     return {};
   }

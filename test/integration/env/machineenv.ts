@@ -61,6 +61,8 @@ export async function startMachineEnv(opts: MachineEnvOptions = {}): Promise<Mac
     kubeApiQps: 200,
     kubeApiBurst: 400,
     machineSafetyOvershootingPeriodMs: 5_000,
+    // With the stand-in, the real machine-side controllers stay off: both would act on machines.
+    ...(opts.standIn === false ? {} : { controllers: ['machineset', 'machinedeployment', 'safety'] }),
     ...opts.config,
   };
   const lag = opts.watchLagMs;

@@ -1,0 +1,32 @@
+import { expect } from 'chai';
+
+import {
+  bootstrapTokenId,
+  bootstrapTokenSecretName,
+  needsBootstrapToken,
+  substituteUserData,
+} from '../../../../lib/controllers/machine/bootstrap.js';
+import { resolveBudget } from '../../../../lib/controllers/machine/settings.js';
+
+describe('user data and bootstrap tokens', () => {
+  it('derives MCM’s token id from the last five bytes of the machine name', () => {
+    // "abcde" = 61 62 63 64 65 → hex "6162636465" → first six "616263".
+    expect(bootstrapTokenId('pool-xyz-abcde')).to.equal('616263');
+    expect(bootstrapTokenSecretName('pool-xyz-abcde')).to.equal('bootstrap-token-616263');
+    expect(bootstrapTokenId('ab')).to.equal('616200');
+  });
+
+  it('fills plain and URL-encoded placeholders', () => {
+    const ud = 'name=<<MACHINE_NAME>> token=<<BOOTSTRAP_TOKEN>> url=%3C%3CBOOTSTRAP_TOKEN%3E%3E';
+    expect(needsBootstrapToken(ud)).to.be.true;
+    expect(substituteUserData(ud, 'm-1', 'abc.def')).to.equal('name=m-1 token=abc.def url=abc.def');
+    expect(needsBootstrapToken('name=<<MACHINE_NAME>>')).to.be.false;
+  });
+
+  it('resolves replacement budgets given as counts or percentages of the replicas', () => {
+    expect(resolveBudget('1', 10)).to.equal(1);
+    expect(resolveBudget('25%', 10)).to.equal(2);
+    expect(resolveBudget('0', 10)).to.equal(0);
+    expect(resolveBudget('lots', 10)).to.equal(undefined);
+  });
+});

@@ -1,0 +1,119 @@
+import { expect } from 'chai';
+
+import {
+  API_VERSION,
+  MachineDeploymentResource,
+  MachineResource,
+  MachineSetResource,
+  type Machine,
+  type MachineDeployment,
+  type MachineSet,
+} from '../../../../lib/api/types.js';
+import { ReplacementBudget } from '../../../../lib/controllers/machine/budget.js';
+import { ControllerTestEnv } from '../env.js';
+
+function machine(name: string, phase: string): Machine {
+  return {
+    apiVersion: API_VERSION,
+    kind: 'Machine',
+    metadata: {
+      name,
+      namespace: 'default',
+      uid: `uid-${name}`,
+      ownerReferences: [
+        { apiVersion: API_VERSION, kind: 'MachineSet', name: 'ms', uid: 'uid-ms', controller: true },
+      ],
+    },
+    spec: {},
+    status: { currentStatus: { phase: phase as never } },
+  };
+}
+
+async function env(phases: Record<string, string>, budget?: string): Promise<ControllerTestEnv> {
+  const e = new ControllerTestEnv();
+  const md: MachineDeployment = {
+    apiVersion: API_VERSION,
+    kind: 'MachineDeployment',
+    metadata: {
+      name: 'md',
+      namespace: 'default',
+      uid: 'uid-md',
+      ...(budget === undefined ? {} : { annotations: { 'mcm-ts.io/max-unhealthy-replacements': budget } }),
+    },
+    spec: { replicas: 10, template: {} },
+  };
+  const ms: MachineSet = {
+    apiVersion: API_VERSION,
+    kind: 'MachineSet',
+    metadata: {
+      name: 'ms',
+      namespace: 'default',
+      uid: 'uid-ms',
+      ownerReferences: [
+        { apiVersion: API_VERSION, kind: 'MachineDeployment', name: 'md', uid: 'uid-md', controller: true },
+      ],
+    },
+    spec: { replicas: 10 },
+  };
+  e.seed(MachineDeploymentResource, md);
+  e.seed(MachineSetResource, ms);
+  for (const [name, phase] of Object.entries(phases)) e.seed(MachineResource, machine(name, phase));
+  await e.start();
+  return e;
+}
+
+describe('replacement budget (meltdown protection)', () => {
+  it('lets one of two concurrent unhealthy machines be marked with the default budget of 1', async () => {
+    const e = await env({ a: 'Unknown', b: 'Unknown', c: 'Running' });
+    const budget = new ReplacementBudget(
+      e.informers.machines,
+      e.informers.machineSets,
+      e.informers.machineDeployments,
+      '1',
+    );
+    const marked: string[] = [];
+    const [ra, rb] = await Promise.all(
+      ['a', 'b'].map((n) =>
+        budget.tryMark(e.informers.machines.get('default', n) as never, e.clock.now(), () => {
+          marked.push(n);
+          return Promise.resolve();
+        }),
+      ),
+    );
+    expect(marked).to.have.length(1);
+    expect([ra?.allowed, rb?.allowed].sort()).to.deep.equal([false, true]);
+    await e.stop();
+  });
+
+  it('counts machines already being replaced, and honours a percentage annotation', async () => {
+    const busy = await env({ a: 'Unknown', b: 'Pending', c: 'Running' });
+    const budget = new ReplacementBudget(
+      busy.informers.machines,
+      busy.informers.machineSets,
+      busy.informers.machineDeployments,
+      '1',
+    );
+    const r = await budget.tryMark(
+      busy.informers.machines.get('default', 'a') as never,
+      busy.clock.now(),
+      () => Promise.resolve(),
+    );
+    expect(r).to.deep.equal({ allowed: false, inReplacement: 1, budget: 1 });
+    await busy.stop();
+
+    const roomy = await env({ a: 'Unknown', b: 'Pending', c: 'Running' }, '20%');
+    const budget2 = new ReplacementBudget(
+      roomy.informers.machines,
+      roomy.informers.machineSets,
+      roomy.informers.machineDeployments,
+      '1',
+    );
+    const r2 = await budget2.tryMark(
+      roomy.informers.machines.get('default', 'a') as never,
+      roomy.clock.now(),
+      () => Promise.resolve(),
+    );
+    expect(r2).to.deep.equal({ allowed: true, inReplacement: 2, budget: 2 });
+    await roomy.stop();
+  });
+});

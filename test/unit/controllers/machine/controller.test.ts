@@ -1,0 +1,190 @@
+import { expect } from 'chai';
+
+import {
+  API_VERSION,
+  MachineClassResource,
+  MachineResource,
+  type Machine,
+  type MachineClass,
+} from '../../../../lib/api/types.js';
+import { MachineController } from '../../../../lib/controllers/machine/controller.js';
+import { defaultMachineControllerSettings } from '../../../../lib/controllers/machine/settings.js';
+import { ProviderRegistry } from '../../../../lib/driver/registry.js';
+import { nullLogger } from '../../../../lib/observability/logger.js';
+import { virtualProvider } from '../../../../lib/providers/virtual/index.js';
+import { CoreResources } from '../../../../lib/kube/resources.js';
+import type { Node } from '../../../../lib/kube/types.js';
+import { ControllerTestEnv } from '../env.js';
+
+const rctx = { log: nullLogger, signal: new AbortController().signal };
+
+function cls(name = 'small', providerSpec: Record<string, unknown> = {}): MachineClass {
+  return {
+    apiVersion: API_VERSION,
+    kind: 'MachineClass',
+    metadata: { name, namespace: 'default', finalizers: ['machine.sapcloud.io/machine-controller-manager'] },
+    provider: 'virtual',
+    providerSpec,
+  };
+}
+
+function machine(
+  name: string,
+  extra: Partial<Machine['metadata']> = {},
+  status?: Machine['status'],
+): Machine {
+  return {
+    apiVersion: API_VERSION,
+    kind: 'Machine',
+    metadata: {
+      name,
+      namespace: 'default',
+      uid: `uid-${name}`,
+      finalizers: ['machine.sapcloud.io/machine-controller-manager'],
+      ...extra,
+    },
+    spec: { class: { kind: 'MachineClass', name: 'small' } },
+    ...(status === undefined ? {} : { status }),
+  };
+}
+
+async function setup(
+  ...objs: { res: typeof MachineResource; obj: Machine | MachineClass }[]
+): Promise<{ env: ControllerTestEnv; mc: MachineController }> {
+  const env = new ControllerTestEnv();
+  for (const o of objs) env.seed(o.res, o.obj);
+  const providers = new ProviderRegistry().register('virtual', virtualProvider());
+  providers.instantiate({
+    control: env.api,
+    target: env.target,
+    namespace: 'default',
+    nodes: env.informers.nodes,
+    clock: env.clock,
+    logger: env.logger,
+    registry: env.registry,
+  });
+  const mc = new MachineController(env.ctx, {
+    settings: defaultMachineControllerSettings,
+    providers,
+    workers: 1,
+  });
+  await env.start();
+  return { env, mc };
+}
+
+describe('MachineController reconcile (in-memory API)', () => {
+  it('adds its finalizer first and does nothing else in that pass', async () => {
+    const { env, mc } = await setup(
+      { res: MachineClassResource, obj: cls() },
+      { res: MachineResource, obj: machine('m1', { finalizers: [] }) },
+    );
+    await mc.reconcile('default/m1', rctx);
+    const writes = [...env.api.writes(), ...env.target.writes()];
+    expect(writes).to.have.length(1);
+    expect(writes[0]).to.include({ verb: 'patch', name: 'm1' });
+    expect(JSON.stringify(writes[0]?.body)).to.contain('machine.sapcloud.io/machine-controller-manager');
+    await env.stop();
+  });
+
+  it('creates the VM (a Node), records its identity on the machine, then moves it to Pending', async () => {
+    const { env, mc } = await setup(
+      { res: MachineClassResource, obj: cls() },
+      { res: MachineResource, obj: machine('m1') },
+    );
+    const result = await mc.reconcile('default/m1', rctx);
+    const targetWrites = env.target.writes();
+    expect(targetWrites.map((w) => `${w.verb} ${w.resource} ${w.name ?? ''}`)).to.deep.equal([
+      'create nodes m1',
+    ]);
+    const node = (targetWrites[0]?.body ?? {}) as Node;
+    expect(node.metadata.name).to.equal('m1');
+    expect(node.spec?.providerID).to.equal('virtual://virtual-zone-a/m1');
+    const controlWrites = env.api.writes();
+    expect(controlWrites.map((w) => `${w.verb} ${w.subresource ?? ''}`)).to.deep.equal([
+      'patch ',
+      'patch status',
+    ]);
+    expect(controlWrites[0]?.body).to.deep.equal({
+      metadata: { labels: { node: 'm1' }, annotations: { 'machinepriority.machine.sapcloud.io': '3' } },
+      spec: { providerID: 'virtual://virtual-zone-a/m1' },
+    });
+    const status = (controlWrites[1]?.body as { status: Machine['status'] }).status;
+    expect(status?.currentStatus?.phase).to.equal('Pending');
+    expect(status?.lastOperation).to.include({ type: 'Create', state: 'Processing' });
+    expect(result.requeueAfter).to.equal(defaultMachineControllerSettings.creationTimeoutMs);
+    await env.stop();
+  });
+
+  it('creates nothing for a machine whose class is missing, and says why in status and an event', async () => {
+    const { env, mc } = await setup({ res: MachineResource, obj: machine('m1') });
+    const result = await mc.reconcile('default/m1', rctx);
+    expect(env.target.writes()).to.have.length(0);
+    const writes = env.api.writes();
+    expect(writes).to.have.length(1);
+    const status = (writes[0]?.body as { status: Machine['status'] }).status;
+    expect(status?.lastOperation?.description).to.match(/MachineClass default\/small not found/);
+    expect(status?.currentStatus, 'the phase is left alone').to.equal(undefined);
+    expect(env.recorder.reasons()).to.deep.equal(['MachineClassNotFound']);
+    expect(result.requeueAfter).to.equal(3 * 60_000);
+    // The same problem again writes nothing new.
+    await env.settle();
+    await mc.reconcile('default/m1', rctx);
+    expect(env.api.writes()).to.have.length(1);
+    await env.stop();
+  });
+
+  it('deletes in order: Terminating, node condition and cordon, VM, node finalizer, machine finalizer', async () => {
+    const deleting = machine(
+      'm1',
+      { labels: { node: 'm1' }, deletionTimestamp: '2026-11-21T09:59:00Z' },
+      {
+        currentStatus: { phase: 'Running' },
+      },
+    );
+    deleting.spec = { ...deleting.spec, providerID: 'virtual://virtual-zone-a/m1' };
+    const node: Node = {
+      apiVersion: 'v1',
+      kind: 'Node',
+      metadata: {
+        name: 'm1',
+        uid: 'node-uid',
+        labels: { 'virtual.mcm-ts.io/vm': 'true', 'topology.kubernetes.io/zone': 'virtual-zone-a' },
+        annotations: {
+          'virtual.mcm-ts.io/machine': 'default/m1',
+          'virtual.mcm-ts.io/machine-class': 'small',
+        },
+        finalizers: ['node.machine.sapcloud.io/machine-controller'],
+      },
+      spec: { providerID: 'virtual://virtual-zone-a/m1' },
+      status: { conditions: [{ type: 'Ready', status: 'True' }] },
+    };
+    const { env, mc } = await setup(
+      { res: MachineClassResource, obj: cls() },
+      { res: MachineResource, obj: deleting },
+    );
+    env.seed(CoreResources.nodes, node);
+    await env.settle();
+    env.api.clearActions();
+    env.target.clearActions();
+    const result = await mc.reconcile('default/m1', rctx);
+    expect(result).to.deep.equal({});
+    const steps = [...env.api.writes(), ...env.target.writes()].map(
+      (w) => `${w.resource}:${w.verb}${w.subresource === undefined ? '' : `/${w.subresource}`}`,
+    );
+    expect(steps).to.deep.equal([
+      'machines.machine.sapcloud.io:patch/status',
+      'machines.machine.sapcloud.io:patch/status',
+      'machines.machine.sapcloud.io:patch',
+      'nodes:patch/status',
+      'nodes:patch',
+      'nodes:delete',
+      'nodes:patch',
+    ]);
+    const [terminating, afterVm] = env.api.writes();
+    expect((terminating?.body as { status: Machine['status'] }).status?.currentStatus?.phase).to.equal(
+      'Terminating',
+    );
+    expect((afterVm?.body as { status: Machine['status'] }).status?.deletionStep).to.equal('DeleteNode');
+    await env.stop();
+  });
+});
