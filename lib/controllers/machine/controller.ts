@@ -32,6 +32,9 @@ import { patchMachine, patchMachineStatus, type StatusChange } from './status.js
 type CachedMachine = DeepReadonly<Machine>;
 type CachedNode = DeepReadonly<Node>;
 
+/** How soon a machine skipped while frozen is looked at again (unfreezing also re-enqueues all). */
+const FROZEN_RECHECK_MS = 60_000;
+
 /** The earliest requeue of several results. */
 function earliest(results: readonly ReconcileResult[]): ReconcileResult {
   let min: number | undefined;
@@ -83,11 +86,22 @@ export class MachineController {
   readonly controller: Controller;
   readonly deps: MachineDeps;
   private readonly namespace: string;
+  private readonly frozen: () => boolean;
 
   constructor(
     ctx: ControllerContext,
-    opts: { settings: MachineControllerSettings; providers: ProviderRegistry; workers: number },
+    opts: {
+      settings: MachineControllerSettings;
+      providers: ProviderRegistry;
+      workers: number;
+      /**
+       * The API-server safety freeze: while it returns true, machines that are not being deleted
+       * are left alone (MCM's "machine controller frozen"), so an outage is never read as failure.
+       */
+      frozen?: () => boolean;
+    },
   ) {
+    this.frozen = opts.frozen ?? (() => false);
     const { informers } = ctx;
     this.namespace = ctx.namespace;
     this.deps = {
@@ -125,6 +139,11 @@ export class MachineController {
 
   start(): void {
     this.controller.start();
+  }
+
+  /** Re-enqueues every machine (after an unfreeze: the skipped ones need a pass now). */
+  enqueueAll(): void {
+    for (const m of this.deps.informers.machines.list()) this.enqueue(m);
   }
 
   async stop(): Promise<void> {
@@ -206,6 +225,10 @@ export class MachineController {
     const m = this.deps.informers.machines.getByKey(key);
     if (m === undefined) return {};
     if (m.metadata.deletionTimestamp !== undefined) return runDeletionFlow(this.deps, m, log);
+    if (this.frozen()) {
+      log.verbose('machine controller is frozen (an API server was unreachable); not reconciling');
+      return { requeueAfter: FROZEN_RECHECK_MS };
+    }
     if (!(m.metadata.finalizers ?? []).includes(Finalizer.MachineControllerManager)) {
       // The finalizer comes first: no VM may exist for a machine that can vanish without us.
       await addFinalizer(this.deps.client, MachineResource, m, Finalizer.MachineControllerManager);
