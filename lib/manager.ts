@@ -22,11 +22,13 @@ import { LeaderElector } from './kube/leaderelection.js';
 import { ObservabilityServer } from './observability/http.js';
 import type { Logger } from './observability/logger.js';
 import { newRegistry } from './observability/metrics.js';
-import { VIRTUAL_PROVIDER, virtualProvider } from './providers/virtual/index.js';
+import { VIRTUAL_PROVIDER, VIRTUAL_PROVIDER_ID_PREFIX, virtualProvider } from './providers/virtual/index.js';
 
 /** The providers this build serves: the built-in virtual (simulated) cloud. */
 export function defaultProviders(): ProviderRegistry {
-  return new ProviderRegistry().register(VIRTUAL_PROVIDER, virtualProvider());
+  return new ProviderRegistry().register(VIRTUAL_PROVIDER, virtualProvider(), {
+    providerIDPrefix: VIRTUAL_PROVIDER_ID_PREFIX,
+  });
 }
 
 /**

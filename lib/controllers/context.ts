@@ -1,7 +1,15 @@
 import type { Registry } from 'prom-client';
 
 import { Label } from '../api/constants.js';
-import type { Node, Secret } from '../kube/types.js';
+import type {
+  Node,
+  PersistentVolume,
+  PersistentVolumeClaim,
+  Pod,
+  PodDisruptionBudget,
+  Secret,
+  VolumeAttachment,
+} from '../kube/types.js';
 import {
   MachineClassResource,
   MachineDeploymentResource,
@@ -15,6 +23,7 @@ import {
 import type { KubeApi } from '../kube/client.js';
 import type { Clock } from '../kube/clock.js';
 import type { EventRecorder } from '../kube/events.js';
+import { ATTACHMENT_NODE_INDEX, ATTACHMENT_PV_INDEX, POD_NODE_INDEX, trimPod } from '../drain/caches.js';
 import { Informer, labelIndex } from '../kube/informer.js';
 import { CoreResources } from '../kube/resources.js';
 import type { Logger } from '../observability/logger.js';
@@ -27,7 +36,6 @@ export const MACHINE_CLASS_INDEX = 'machineClass';
 export const CLASS_SECRET_INDEX = 'classSecret';
 /** Nodes by their `node.gardener.cloud/machine-name` label. */
 export const NODE_MACHINE_INDEX = 'nodeMachine';
-
 /** The informers shared by every controller of one manager (one cache per resource). */
 export class SharedInformers {
   readonly machines: Informer<Machine>;
@@ -38,6 +46,16 @@ export class SharedInformers {
   readonly secrets: Informer<Secret>;
   /** Nodes of the target cluster; undefined without a target cluster. */
   readonly nodes: Informer<Node> | undefined;
+  /** What the drain reads in the target cluster; undefined without a target cluster. */
+  readonly drain:
+    | {
+        pods: Informer<Pod>;
+        podDisruptionBudgets: Informer<PodDisruptionBudget>;
+        persistentVolumeClaims: Informer<PersistentVolumeClaim>;
+        persistentVolumes: Informer<PersistentVolume>;
+        volumeAttachments: Informer<VolumeAttachment>;
+      }
+    | undefined;
 
   constructor(opts: {
     client: KubeApi;
@@ -103,6 +121,48 @@ export class SharedInformers {
         ...clusterWide,
       });
       this.nodes.addIndexer(NODE_MACHINE_INDEX, labelIndex(Label.NodeMachineName));
+      const pods = new Informer<Pod>({
+        client: opts.target,
+        resource: CoreResources.pods,
+        name: 'pods',
+        transform: trimPod,
+        ...clusterWide,
+      });
+      pods.addIndexer(POD_NODE_INDEX, (p) => (p.spec?.nodeName === undefined ? [] : [p.spec.nodeName]));
+      const volumeAttachments = new Informer<VolumeAttachment>({
+        client: opts.target,
+        resource: CoreResources.volumeAttachments,
+        name: 'volumeattachments',
+        ...clusterWide,
+      });
+      volumeAttachments.addIndexer(ATTACHMENT_NODE_INDEX, (v) =>
+        v.spec?.nodeName === undefined ? [] : [v.spec.nodeName],
+      );
+      volumeAttachments.addIndexer(ATTACHMENT_PV_INDEX, (v) =>
+        v.spec?.source?.persistentVolumeName === undefined ? [] : [v.spec.source.persistentVolumeName],
+      );
+      this.drain = {
+        pods,
+        podDisruptionBudgets: new Informer<PodDisruptionBudget>({
+          client: opts.target,
+          resource: CoreResources.podDisruptionBudgets,
+          name: 'poddisruptionbudgets',
+          ...clusterWide,
+        }),
+        persistentVolumeClaims: new Informer<PersistentVolumeClaim>({
+          client: opts.target,
+          resource: CoreResources.persistentVolumeClaims,
+          name: 'persistentvolumeclaims',
+          ...clusterWide,
+        }),
+        persistentVolumes: new Informer<PersistentVolume>({
+          client: opts.target,
+          resource: CoreResources.persistentVolumes,
+          name: 'persistentvolumes',
+          ...clusterWide,
+        }),
+        volumeAttachments,
+      };
     }
   }
 
@@ -114,6 +174,11 @@ export class SharedInformers {
       this.machineClasses,
       this.secrets,
       this.nodes,
+      this.drain?.pods,
+      this.drain?.podDisruptionBudgets,
+      this.drain?.persistentVolumeClaims,
+      this.drain?.persistentVolumes,
+      this.drain?.volumeAttachments,
     ].filter((i) => i !== undefined) as unknown as Informer<never>[];
   }
 

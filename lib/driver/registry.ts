@@ -39,12 +39,24 @@ export type ProviderFactory = (ctx: ProviderContext) => Provider;
  */
 export class ProviderRegistry {
   private readonly factories = new Map<string, ProviderFactory>();
+  private readonly prefixes = new Map<string, string>();
   private readonly providers = new Map<string, { provider: Provider; driver: Driver }>();
 
-  register(name: string, factory: ProviderFactory): this {
+  /**
+   * Registers a provider. providerIDPrefix (e.g. "virtual://") lets a VM be deleted through its
+   * providerID alone when the machine's class is gone.
+   */
+  register(name: string, factory: ProviderFactory, opts: { providerIDPrefix?: string } = {}): this {
     if (this.factories.has(name)) throw new Error(`provider ${name} is registered twice`);
     this.factories.set(name, factory);
+    if (opts.providerIDPrefix !== undefined) this.prefixes.set(opts.providerIDPrefix, name);
     return this;
+  }
+
+  /** The provider whose VMs have providerIDs like this one. */
+  providerOfID(providerID: string): string | undefined {
+    for (const [prefix, name] of this.prefixes) if (providerID.startsWith(prefix)) return name;
+    return undefined;
   }
 
   names(): string[] {

@@ -16,7 +16,7 @@ import {
   errorFromResponse,
 } from './errors.js';
 import { TokenBucket } from './ratelimit.js';
-import { resourceLabel, resourcePath, type ResourceType } from './resources.js';
+import { CoreResources, resourceLabel, resourcePath, type ResourceType } from './resources.js';
 
 export type PatchType = 'merge' | 'json' | 'strategic' | 'apply';
 
@@ -144,6 +144,8 @@ interface RequestSpec {
   verb: string;
   resource: string;
   signal?: AbortSignal | undefined;
+  /** Fail at once on 429 instead of retrying after the server's delay (evictions: 429 is an answer). */
+  noRetry?: boolean;
 }
 
 function parseRetryAfter(h: string | string[] | undefined): number | undefined {
@@ -247,6 +249,15 @@ export interface KubeApi {
   ): Promise<T>;
   delete(res: ResourceType, name: string, opts?: DeleteOptions): Promise<unknown>;
   getScale(res: ResourceType, name: string, namespace: string): Promise<Scale>;
+  /**
+   * Evicts a pod through the Eviction API (policy/v1), which honours PodDisruptionBudgets: a
+   * budget that allows no disruption now answers TooManyRequestsError (not retried here).
+   */
+  evict(
+    namespace: string,
+    name: string,
+    opts?: { gracePeriodSeconds?: number; signal?: AbortSignal },
+  ): Promise<void>;
   scale(res: ResourceType, name: string, namespace: string, replicas: number): Promise<Scale>;
   watch<T>(res: ResourceType, opts?: WatchOptions): Promise<AsyncIterableIterator<WatchEvent<T>>>;
 }
@@ -436,7 +447,7 @@ export class KubeClient implements KubeApi {
       }
       const retryAfter = parseRetryAfter(res.headers['retry-after']);
       const retryable = res.status === 429 || (res.status >= 500 && retryAfter !== undefined);
-      if (retryable && attempt < this.maxRetryAfter) {
+      if (retryable && spec.noRetry !== true && attempt < this.maxRetryAfter) {
         await this.clock.sleep(Math.min(retryAfter ?? 1000, 60_000), spec.signal);
         continue;
       }
@@ -583,6 +594,34 @@ export class KubeClient implements KubeApi {
       verb: 'delete',
       resource: resourceLabel(res),
       signal: opts.signal,
+    });
+  }
+
+  async evict(
+    namespace: string,
+    name: string,
+    opts: { gracePeriodSeconds?: number; signal?: AbortSignal } = {},
+  ): Promise<void> {
+    const body: Record<string, unknown> = {
+      apiVersion: 'policy/v1',
+      kind: 'Eviction',
+      metadata: { name, namespace },
+    };
+    if (opts.gracePeriodSeconds !== undefined) {
+      body.deleteOptions = {
+        apiVersion: 'v1',
+        kind: 'DeleteOptions',
+        gracePeriodSeconds: opts.gracePeriodSeconds,
+      };
+    }
+    await this.call<unknown>({
+      method: 'POST',
+      path: `${resourcePath(CoreResources.pods, namespace, name)}/eviction`,
+      body,
+      verb: 'create',
+      resource: 'pods/eviction',
+      signal: opts.signal,
+      noRetry: true,
     });
   }
 

@@ -100,7 +100,7 @@ export const DEFAULT_WATCH_IDLE_TIMEOUT_MS = 300_000;
 export const NAMESPACE_INDEX = 'namespace';
 export const CONTROLLER_UID_INDEX = 'controllerUID';
 
-export interface InformerOptions {
+export interface InformerOptions<T = unknown> {
   client: KubeApi;
   resource: ResourceType;
   /** Restrict to one namespace (namespaced resources). */
@@ -120,6 +120,11 @@ export interface InformerOptions {
   /** A watch that delivers nothing (bookmarks included) this long is considered stalled. */
   idleTimeoutMs?: number;
   backoff?: { initialMs: number; maxMs: number };
+  /**
+   * Trims an object before it is cached (client-go's SetTransform): keep only what readers need,
+   * so that a cache of many large objects (every pod of a cluster) stays small.
+   */
+  transform?: (obj: T) => T;
 }
 
 interface InformerMetrics {
@@ -203,7 +208,7 @@ export class Informer<T extends KubeObject> implements Lister<T> {
   private resyncTimer: TimerHandle | undefined;
   private sleepAbort: AbortController | undefined;
 
-  constructor(private readonly opts: InformerOptions) {
+  constructor(private readonly opts: InformerOptions<T>) {
     this.clock = opts.clock ?? new RealClock();
     this.name = opts.name ?? resourceLabel(opts.resource);
     this.log = opts.logger.child({ informer: this.name });
@@ -311,6 +316,10 @@ export class Informer<T extends KubeObject> implements Lister<T> {
 
   // ---- internals ----
 
+  private trim(obj: T): T {
+    return this.opts.transform === undefined ? obj : this.opts.transform(obj);
+  }
+
   private call(fn: () => void): void {
     try {
       fn();
@@ -416,7 +425,7 @@ export class Informer<T extends KubeObject> implements Lister<T> {
     const initial = !this.synced;
     const seen = new Set<string>();
     for (const raw of items) {
-      const obj = prepare(raw);
+      const obj = prepare(this.trim(raw));
       const key = objectKey(obj);
       seen.add(key);
       const old = this.put(key, obj);
@@ -470,7 +479,7 @@ export class Informer<T extends KubeObject> implements Lister<T> {
     switch (ev.type) {
       case 'ADDED':
       case 'MODIFIED': {
-        const obj = prepare(ev.object);
+        const obj = prepare(this.trim(ev.object));
         const old = this.put(objectKey(obj), obj);
         this.resourceVersion = obj.metadata.resourceVersion ?? this.resourceVersion;
         if (old === undefined) for (const h of this.handlers) this.call(() => h.onAdd?.(obj, false));
@@ -478,7 +487,7 @@ export class Informer<T extends KubeObject> implements Lister<T> {
         break;
       }
       case 'DELETED': {
-        const obj = prepare(ev.object);
+        const obj = prepare(this.trim(ev.object));
         const old = this.remove(objectKey(obj));
         this.resourceVersion = obj.metadata.resourceVersion ?? this.resourceVersion;
         // Deliver the state from the event (the newest), even if it was not cached.

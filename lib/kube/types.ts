@@ -211,3 +211,49 @@ export interface PersistentVolumeSpec {
   storageClassName?: string;
   [source: string]: unknown;
 }
+
+/** core/v1 Pod: the fields the drain reads (the pod cache keeps only these). */
+export interface Pod extends KubeObject {
+  spec?: {
+    nodeName?: string;
+    priority?: number;
+    terminationGracePeriodSeconds?: number;
+    schedulerName?: string;
+    volumes?: {
+      name: string;
+      persistentVolumeClaim?: { claimName: string; readOnly?: boolean };
+      [k: string]: unknown;
+    }[];
+    [k: string]: unknown;
+  };
+  status?: { phase?: string; [k: string]: unknown };
+}
+
+/** policy/v1 PodDisruptionBudget. */
+export interface PodDisruptionBudget extends KubeObject {
+  spec?: { selector?: LabelSelector; minAvailable?: number | string; maxUnavailable?: number | string };
+  status?: {
+    observedGeneration?: number;
+    disruptionsAllowed?: number;
+    currentHealthy?: number;
+    desiredHealthy?: number;
+    expectedPods?: number;
+    disruptedPods?: Record<string, string>;
+  };
+}
+
+/** core/v1 PersistentVolumeClaim. */
+export interface PersistentVolumeClaim extends KubeObject {
+  spec?: { volumeName?: string; [k: string]: unknown };
+}
+
+/** core/v1 PersistentVolume. */
+export interface PersistentVolume extends KubeObject {
+  spec?: PersistentVolumeSpec;
+}
+
+/** storage.k8s.io/v1 VolumeAttachment. */
+export interface VolumeAttachment extends KubeObject {
+  spec?: { attacher?: string; nodeName?: string; source?: { persistentVolumeName?: string } };
+  status?: { attached?: boolean };
+}

@@ -19,7 +19,7 @@ import {
   NotFoundError,
 } from '../../lib/kube/errors.js';
 import { selectorMatches } from '../../lib/kube/labels.js';
-import { resourceLabel, type ResourceType } from '../../lib/kube/resources.js';
+import { CoreResources, resourceLabel, type ResourceType } from '../../lib/kube/resources.js';
 
 /** One API call the fake received (for asserting the exact writes a reconcile made). */
 export interface RecordedAction {
@@ -560,6 +560,12 @@ export class FakeKube implements KubeApi {
     } catch (err) {
       return Promise.reject(err instanceof Error ? err : new Error(String(err)));
     }
+  }
+
+  /** Evicts by deleting the pod; a reactor can answer 429 (a PodDisruptionBudget) instead. */
+  async evict(namespace: string, name: string): Promise<void> {
+    this.record({ verb: 'create', resource: 'pods', namespace, name, subresource: 'eviction' });
+    await this.delete(CoreResources.pods, name, { namespace });
   }
 
   getScale(res: ResourceType, name: string, namespace: string): Promise<Scale> {

@@ -1,6 +1,8 @@
 import { EventSource, Finalizer, Label, MachinePhase, Annotation } from '../../api/constants.js';
 import { formatGoDuration } from '../../api/duration.js';
 import { MachineResource, type Machine } from '../../api/types.js';
+import { Drainer } from '../../drain/drain.js';
+import { DrainMetrics } from '../../drain/metrics.js';
 import type { ProviderRegistry } from '../../driver/registry.js';
 import { Controller, type ReconcileContext, type ReconcileResult } from '../../kube/controller.js';
 import { jsonEqual } from '../../kube/equal.js';
@@ -25,9 +27,12 @@ import { MachineEventReason, type MachineDeps } from './deps.js';
 import { planHealth } from './health.js';
 import { MachineMetrics } from './metrics.js';
 import { planNodeSync } from './nodesync.js';
+import { effectivePreserve, preserveTimeoutOf, wantsPreservation } from './preserve.js';
+import { reconcilePreservation } from './preservation.js';
+import { rfc3339 } from '../conditions.js';
 import { resolveMachineClass } from './resolve.js';
 import type { MachineControllerSettings } from './settings.js';
-import { patchMachine, patchMachineStatus, type StatusChange } from './status.js';
+import { DeletionStep, patchMachine, patchMachineStatus, type StatusChange } from './status.js';
 
 type CachedMachine = DeepReadonly<Machine>;
 type CachedNode = DeepReadonly<Node>;
@@ -71,7 +76,9 @@ function nodeChanged(a: CachedNode, b: CachedNode): boolean {
     !jsonEqual(a.metadata.labels, b.metadata.labels) ||
     !jsonEqual(a.metadata.annotations, b.metadata.annotations) ||
     !jsonEqual(a.metadata.finalizers, b.metadata.finalizers) ||
-    !jsonEqual(a.status?.capacity, b.status?.capacity)
+    !jsonEqual(a.status?.capacity, b.status?.capacity) ||
+    !jsonEqual(a.status?.volumesAttached, b.status?.volumesAttached) ||
+    a.spec?.unschedulable !== b.spec?.unschedulable
   );
 }
 
@@ -118,6 +125,15 @@ export class MachineController {
         informers.machineClasses,
         informers.machineDeployments,
       ),
+      drainer:
+        ctx.target !== undefined && informers.drain !== undefined && informers.nodes !== undefined
+          ? new Drainer(ctx.target, informers.drain, informers.nodes, {
+              maxEvictRetries: opts.settings.maxEvictRetries,
+              pvDetachTimeoutMs: opts.settings.pvDetachTimeoutMs,
+              pvReattachTimeoutMs: opts.settings.pvReattachTimeoutMs,
+            })
+          : undefined,
+      drainMetrics: new DrainMetrics(ctx.registry),
       budget: new ReplacementBudget(
         informers.machines,
         informers.machineSets,
@@ -188,6 +204,52 @@ export class MachineController {
         for (const m of this.machinesOfNode(n)) this.enqueue(m);
       },
     });
+    const enqueueDeletingOn = (nodeName: string | undefined): void => {
+      if (nodeName === undefined) return;
+      for (const m of machines.byIndex(MACHINE_NODE_INDEX, nodeName)) {
+        if (m.metadata.deletionTimestamp !== undefined) this.enqueue(m);
+      }
+    };
+    const drain = this.deps.informers.drain;
+    drain?.pods.addHandler({
+      onUpdate: (old, p) => {
+        if (
+          old.metadata.deletionTimestamp !== p.metadata.deletionTimestamp ||
+          old.status?.phase !== p.status?.phase
+        )
+          enqueueDeletingOn(p.spec?.nodeName);
+      },
+      onDelete: (p) => {
+        enqueueDeletingOn(p.spec?.nodeName);
+      },
+    });
+    // A budget that changes may let a blocked drain go on (or explain better why it cannot).
+    const enqueueDraining = (): void => {
+      for (const m of machines.list()) {
+        if (m.metadata.deletionTimestamp !== undefined && m.status?.deletionStep === DeletionStep.DrainNode)
+          this.enqueue(m);
+      }
+    };
+    drain?.podDisruptionBudgets.addHandler({
+      onAdd: (_b, initial) => {
+        if (!initial) enqueueDraining();
+      },
+      onUpdate: (old, b) => {
+        if (old !== b) enqueueDraining();
+      },
+      onDelete: enqueueDraining,
+    });
+    drain?.volumeAttachments.addHandler({
+      onAdd: (v) => {
+        enqueueDeletingOn(v.spec?.nodeName);
+      },
+      onUpdate: (_o, v) => {
+        enqueueDeletingOn(v.spec?.nodeName);
+      },
+      onDelete: (v) => {
+        enqueueDeletingOn(v.spec?.nodeName);
+      },
+    });
     const enqueueClassMachines = (
       className: string,
       namespace: string | undefined,
@@ -236,15 +298,26 @@ export class MachineController {
     }
     const results: ReconcileResult[] = [];
     const nodeName = m.metadata.labels?.[Label.Node];
+    let current: CachedMachine | Machine = m;
     if (this.deps.target !== undefined && nodeName !== undefined && phaseOf(m) !== MachinePhase.Creating) {
-      results.push(await this.reconcileHealth(m, nodeName, log));
+      const health = await this.reconcileHealth(m, nodeName, log);
+      results.push(health.result);
+      current = health.machine;
     }
-    if (needsCreation(m)) results.push(await runCreationFlow(this.deps, m, log));
+    if (needsCreation(current)) results.push(await runCreationFlow(this.deps, current, log));
+    else {
+      const node = nodeName === undefined ? undefined : this.deps.informers.nodes?.get(undefined, nodeName);
+      results.push(await reconcilePreservation(this.deps, current, node, log));
+    }
     return earliest(results);
   }
 
   /** Conditions and phase from the node, then the node brought in line with the machine. */
-  private async reconcileHealth(m: CachedMachine, nodeName: string, log: Logger): Promise<ReconcileResult> {
+  private async reconcileHealth(
+    m: CachedMachine,
+    nodeName: string,
+    log: Logger,
+  ): Promise<{ result: ReconcileResult; machine: CachedMachine | Machine }> {
     const d = this.deps;
     const node = d.informers.nodes?.get(undefined, nodeName);
     const now = d.clock.now();
@@ -259,6 +332,17 @@ export class MachineController {
       change.phase = t.phase;
       change.lastOperation = t.lastOperation;
       if (t.phase === MachinePhase.Running) change.timeoutActive = false;
+      if (t.phase === MachinePhase.Failed) {
+        // Preserved when failed: the expiry goes with the Failed phase in one write, so the
+        // MachineSet never sees the machine Failed and unprotected.
+        const eff = effectivePreserve(m, node);
+        if (
+          wantsPreservation(eff.value, MachinePhase.Failed) &&
+          m.status?.currentStatus?.preserveExpiryTime === undefined
+        ) {
+          change.preserveExpiryTime = rfc3339(now + preserveTimeoutOf(m, d.settings));
+        }
+      }
       if (t.needsBudget) {
         const outcome = await d.budget.tryMark(m, now, async () => {
           current = await patchMachineStatus(d.client, m, change, now);
@@ -285,7 +369,7 @@ export class MachineController {
     }
     if (node !== undefined && node.metadata.deletionTimestamp === undefined)
       await this.syncNode(current, node);
-    return result;
+    return { result, machine: current };
   }
 
   private async afterTransition(

@@ -15,9 +15,12 @@ import {
   OperationDescriptionMarker,
   TerminatingReason,
 } from '../../api/constants.js';
-import { MachineResource, type Machine } from '../../api/types.js';
+import { API_VERSION, MachineResource, type Machine } from '../../api/types.js';
 import { decodeMachineError, formatMachineError, type DecodedMachineError } from '../../driver/codes.js';
+import { describeBlockers, type Drainer } from '../../drain/drain.js';
+import { forceReason } from '../../drain/pods.js';
 import type { Driver, MachineRequest } from '../../driver/driver.js';
+import { formatGoDuration } from '../../api/duration.js';
 import { RetryPeriod, deleteRetryClass, deletionStatusRetryClass, retryDelay } from '../../driver/retry.js';
 import type { ReconcileResult } from '../../kube/controller.js';
 import { isNotFound } from '../../kube/errors.js';
@@ -32,7 +35,7 @@ import { phaseOf } from '../machines.js';
 import { MachineEventReason, type MachineDeps } from './deps.js';
 import { isNodeHealthy, lastOp } from './health.js';
 import { resolveMachineClass } from './resolve.js';
-import { nodeConditionsOf } from './settings.js';
+import { drainTimeoutOf, nodeConditionsOf } from './settings.js';
 import { DeletionStep, isNoop, patchMachine, patchMachineStatus, type StatusChange } from './status.js';
 
 type AnyMachine = Machine | DeepReadonly<Machine>;
@@ -84,15 +87,48 @@ class DeletionPass {
         providers: this.d.providers,
       },
       this.m,
-      { requireFinalizer: false },
+      { requireFinalizer: false, allowMissingSecrets: true },
     );
-    if (!r.ok) return { code: 'FailedPrecondition', message: r.message, ok: false };
+    if (!r.ok) return this.callWithoutClass(r.message);
     return {
       driver: r.driver,
       req: {
         machine: structuredClone(this.m) as Machine,
         machineClass: structuredClone(r.machineClass) as MachineRequest['machineClass'],
         secret: r.secret,
+      },
+    };
+  }
+
+  /**
+   * The class is gone (MCM hangs forever here): find the provider from the providerID and delete
+   * the VM with an empty class of that provider and no credentials, which is all the built-in
+   * virtual provider needs (a cloud provider without credentials fails and says so).
+   */
+  private callWithoutClass(why: string): { req: MachineRequest; driver: Driver } | DecodedMachineError {
+    const providerID = this.m.spec?.providerID ?? '';
+    const provider = providerID === '' ? undefined : this.d.providers.providerOfID(providerID);
+    const driver = provider === undefined ? undefined : this.d.providers.driverFor(provider);
+    if (provider === undefined || driver === undefined) {
+      return {
+        code: 'FailedPrecondition',
+        message: `${why}; no provider recognises providerID "${providerID}"`,
+        ok: false,
+      };
+    }
+    const namespace = this.m.metadata.namespace ?? '';
+    return {
+      driver,
+      req: {
+        machine: structuredClone(this.m) as Machine,
+        machineClass: {
+          apiVersion: API_VERSION,
+          kind: 'MachineClass',
+          metadata: { name: this.m.spec?.class?.name ?? '', namespace },
+          provider,
+          providerSpec: {},
+        },
+        secret: { apiVersion: 'v1', kind: 'Secret', metadata: { namespace }, data: {} },
       },
     };
   }
@@ -189,7 +225,73 @@ class DeletionPass {
         if (!isNotFound(err)) throw err;
       }
     }
-    return { next: DeletionStep.DeleteVM };
+    const drainer = this.d.drainer;
+    if (drainer === undefined || node === undefined || node.metadata.deletionTimestamp !== undefined) {
+      return { next: DeletionStep.DeleteVM };
+    }
+    return this.drainRound(drainer);
+  }
+
+  /** One round of the drain; the step is done once no pod (and no volume) is left to wait for. */
+  private async drainRound(drainer: Drainer): Promise<StepOutcome> {
+    const d = this.d;
+    const now = d.clock.now();
+    const key = `${this.m.metadata.namespace ?? ''}/${this.m.metadata.name ?? ''}`;
+    const name = this.m.metadata.name ?? '';
+    const namespace = this.m.metadata.namespace ?? '';
+    const requested = Date.parse(this.m.metadata.deletionTimestamp ?? '');
+    const startedAt = Number.isNaN(requested) ? now : requested;
+    const timeout = drainTimeoutOf(this.m, d.settings);
+    const force = forceReason(this.m, now, timeout);
+    const c = this.call();
+    const round = await drainer.round({
+      id: key,
+      nodeName: this.nodeName,
+      startedAt,
+      now,
+      force: force !== undefined,
+      driver: 'ok' in c ? undefined : c.driver,
+    });
+    if (round.done) {
+      drainer.forget(key);
+      d.drainMetrics.finished(namespace, name, (now - startedAt) / 1000);
+      if (force !== undefined) {
+        d.recorder.event(
+          this.m,
+          'Warning',
+          MachineEventReason.DrainForced,
+          `Node ${this.nodeName} was drained by force: ${force}`,
+        );
+      }
+      return { next: DeletionStep.DeleteVM };
+    }
+    const forceAt = startedAt + timeout;
+    d.drainMetrics.blocked(namespace, name, round.blockers, (forceAt - now) / 1000);
+    const what = describeBlockers(round.blockers);
+    let description: string;
+    if (force !== undefined) {
+      description = `Forced drain of node ${this.nodeName} (${force}) is finishing: ${what}. ${OperationDescriptionMarker.InitiateDrain}`;
+    } else {
+      description = `Drain of node ${this.nodeName} waits: ${what}. Pods still there at ${rfc3339(forceAt)} (drain timeout ${formatGoDuration(timeout)}) are deleted without eviction. ${OperationDescriptionMarker.InitiateDrain}`;
+      if (round.blockers.some((b) => b.reason === 'pdb' || b.reason === 'error')) {
+        d.recorder.event(
+          this.m,
+          'Warning',
+          MachineEventReason.DrainBlocked,
+          `Drain of node ${this.nodeName} waits: ${what}`,
+        );
+      }
+    }
+    // Look again when the drain is forced, if that comes before the next retry.
+    const untilForce = force === undefined ? Math.max(1000, forceAt - now) : round.requeueAfterMs;
+    return {
+      wait: { requeueAfter: Math.min(round.requeueAfterMs, untilForce) },
+      change: {
+        phase: MachinePhase.Terminating,
+        deletionStep: DeletionStep.DrainNode,
+        lastOperation: lastOp(MachineOperationType.Delete, MachineState.Processing, description, now),
+      },
+    };
   }
 
   async deleteVM(): Promise<StepOutcome> {

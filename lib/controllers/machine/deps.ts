@@ -1,3 +1,5 @@
+import type { Drainer } from '../../drain/drain.js';
+import type { DrainMetrics } from '../../drain/metrics.js';
 import type { ProviderRegistry } from '../../driver/registry.js';
 import type { KubeApi } from '../../kube/client.js';
 import type { Clock } from '../../kube/clock.js';
@@ -19,6 +21,9 @@ export interface MachineDeps {
   providers: ProviderRegistry;
   metrics: MachineMetrics;
   budget: ReplacementBudget;
+  /** Drains nodes before their VMs go; undefined without a target cluster. */
+  drainer: Drainer | undefined;
+  drainMetrics: DrainMetrics;
 }
 
 /** Event reasons of the machine controller (gardener MCM records none on machines). */
@@ -29,4 +34,7 @@ export const MachineEventReason = {
   ReplacementBudgetExhausted: 'ReplacementBudgetExhausted',
   DeleteFailed: 'DeleteFailed',
   StaleNode: 'StaleNode',
+  DrainBlocked: 'DrainBlocked',
+  DrainForced: 'DrainForced',
+  Preserved: 'Preserved',
 } as const;

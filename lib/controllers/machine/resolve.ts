@@ -34,7 +34,7 @@ export interface ResolveDeps {
 export function resolveMachineClass(
   deps: ResolveDeps,
   m: Machine | DeepReadonly<Machine>,
-  opts: { requireFinalizer?: boolean } = {},
+  opts: { requireFinalizer?: boolean; allowMissingSecrets?: boolean } = {},
 ): Resolution {
   const ref = m.spec?.class;
   const namespace = m.metadata.namespace ?? '';
@@ -73,6 +73,7 @@ export function resolveMachineClass(
   ] as const) {
     if (sref?.name === undefined || sref.name === '') continue;
     const found = lookupSecret(deps.secrets, sref, namespace);
+    if (found === undefined && opts.allowMissingSecrets === true) continue;
     if (found === undefined) {
       const ns = sref.namespace ?? namespace;
       return {

@@ -30,7 +30,8 @@ export interface StatusChange {
   addresses?: NodeAddress[];
   timeoutActive?: boolean;
   deletionStep?: DeletionStep | null;
-  preserveExpiryTime?: null;
+  /** RFC 3339 to start or extend a preservation, null to end it. */
+  preserveExpiryTime?: string | null;
 }
 
 /** Whether applying change would alter nothing a reader cares about (timestamps aside). */
@@ -61,7 +62,11 @@ export function isNoop(m: AnyMachine, change: StatusChange): boolean {
     return false;
   if (change.deletionStep !== undefined && (change.deletionStep ?? undefined) !== s.deletionStep)
     return false;
-  if (change.preserveExpiryTime === null && s.currentStatus?.preserveExpiryTime !== undefined) return false;
+  if (
+    change.preserveExpiryTime !== undefined &&
+    (change.preserveExpiryTime ?? undefined) !== s.currentStatus?.preserveExpiryTime
+  )
+    return false;
   return true;
 }
 
@@ -74,7 +79,7 @@ export function statusPatch(m: AnyMachine, change: StatusChange, now: number): R
     current.lastUpdateTime = rfc3339(now);
   }
   if (change.timeoutActive !== undefined) current.timeoutActive = change.timeoutActive;
-  if (change.preserveExpiryTime === null) current.preserveExpiryTime = null;
+  if (change.preserveExpiryTime !== undefined) current.preserveExpiryTime = change.preserveExpiryTime;
   if (Object.keys(current).length > 0) status.currentStatus = current;
   if (change.lastOperation !== undefined) {
     const op = change.lastOperation;

@@ -3,7 +3,7 @@ import { VirtualDriver } from './driver.js';
 import { Hypervisor } from './hypervisor.js';
 import { ConfigMapVmStore, NodeVmStore, type VmStore } from './store.js';
 
-export { VIRTUAL_PROVIDER } from './vm.js';
+export { VIRTUAL_PROVIDER, VIRTUAL_PROVIDER_ID_PREFIX } from './vm.js';
 
 /**
  * The built-in simulated cloud (`MachineClass.provider: virtual`). With a target cluster each VM

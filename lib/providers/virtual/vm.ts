@@ -9,6 +9,7 @@ import type { Node, NodeAddress, NodeCondition, Taint } from '../../kube/types.j
 import type { VirtualVmShape } from './spec.js';
 
 export const VIRTUAL_PROVIDER = 'virtual';
+export const VIRTUAL_PROVIDER_ID_PREFIX = 'virtual://';
 
 /** Keys of the virtual cloud's records (this project's own domain). */
 export const VirtualKey = {
@@ -52,7 +53,7 @@ export const WellKnownLabel = {
 } as const;
 
 export function providerIDOf(zone: string, name: string): string {
-  return `virtual://${zone}/${name}`;
+  return `${VIRTUAL_PROVIDER_ID_PREFIX}${zone}/${name}`;
 }
 
 /** The VM name in a virtual providerID, or undefined when it is not one. */

@@ -1,0 +1,79 @@
+// The target-cluster caches a drain reads, and how they are indexed and trimmed.
+
+import type { Informer } from '../kube/informer.js';
+import type {
+  PersistentVolume,
+  PersistentVolumeClaim,
+  Pod,
+  PodDisruptionBudget,
+  VolumeAttachment,
+} from '../kube/types.js';
+
+export interface DrainCaches {
+  pods: Informer<Pod>;
+  podDisruptionBudgets: Informer<PodDisruptionBudget>;
+  persistentVolumeClaims: Informer<PersistentVolumeClaim>;
+  persistentVolumes: Informer<PersistentVolume>;
+  volumeAttachments: Informer<VolumeAttachment>;
+}
+
+/** Pods by spec.nodeName. */
+export const POD_NODE_INDEX = 'podNode';
+/** VolumeAttachments by spec.nodeName. */
+export const ATTACHMENT_NODE_INDEX = 'attachmentNode';
+/** VolumeAttachments by the PersistentVolume they attach. */
+export const ATTACHMENT_PV_INDEX = 'attachmentPV';
+
+/** Annotation of mirror pods (static pods the kubelet runs). */
+export const MIRROR_POD_ANNOTATION = 'kubernetes.io/config.mirror';
+
+/**
+ * What the pod cache keeps of a pod: identity, labels (PodDisruptionBudget selectors), owner kinds
+ * (DaemonSet pods are skipped), the mirror annotation, node, priority, grace period, claims and
+ * phase. Everything else is dropped, so a cache of every pod in a large cluster stays small.
+ */
+export function trimPod(p: Pod): Pod {
+  const m = p.metadata;
+  const mirror = m.annotations?.[MIRROR_POD_ANNOTATION];
+  const trimmed: Pod = {
+    metadata: {
+      ...(m.name === undefined ? {} : { name: m.name }),
+      ...(m.namespace === undefined ? {} : { namespace: m.namespace }),
+      ...(m.uid === undefined ? {} : { uid: m.uid }),
+      ...(m.resourceVersion === undefined ? {} : { resourceVersion: m.resourceVersion }),
+      ...(m.labels === undefined ? {} : { labels: m.labels }),
+      ...(mirror === undefined ? {} : { annotations: { [MIRROR_POD_ANNOTATION]: mirror } }),
+      ...(m.ownerReferences === undefined
+        ? {}
+        : {
+            ownerReferences: m.ownerReferences.map((r) => ({
+              apiVersion: r.apiVersion,
+              kind: r.kind,
+              name: r.name,
+              uid: r.uid,
+              ...(r.controller === undefined ? {} : { controller: r.controller }),
+            })),
+          }),
+      ...(m.deletionTimestamp === undefined ? {} : { deletionTimestamp: m.deletionTimestamp }),
+      ...(m.deletionGracePeriodSeconds === undefined
+        ? {}
+        : { deletionGracePeriodSeconds: m.deletionGracePeriodSeconds }),
+    },
+  };
+  const spec = p.spec ?? {};
+  const claims = (spec.volumes ?? []).flatMap((v) =>
+    v.persistentVolumeClaim === undefined
+      ? []
+      : [{ name: v.name, persistentVolumeClaim: v.persistentVolumeClaim }],
+  );
+  trimmed.spec = {
+    ...(spec.nodeName === undefined ? {} : { nodeName: spec.nodeName }),
+    ...(spec.priority === undefined ? {} : { priority: spec.priority }),
+    ...(spec.terminationGracePeriodSeconds === undefined
+      ? {}
+      : { terminationGracePeriodSeconds: spec.terminationGracePeriodSeconds }),
+    ...(claims.length === 0 ? {} : { volumes: claims }),
+  };
+  if (p.status?.phase !== undefined) trimmed.status = { phase: p.status.phase };
+  return trimmed;
+}

@@ -1,0 +1,258 @@
+import { expect } from 'chai';
+
+import type { Machine } from '../../../lib/api/types.js';
+import { trimPod } from '../../../lib/drain/caches.js';
+import { Drainer, describeBlockers } from '../../../lib/drain/drain.js';
+import { forceReason, isMisconfiguredPdb, matchingPdbs, podsToDrain } from '../../../lib/drain/pods.js';
+import { FakeClock } from '../../../lib/kube/clock.js';
+import { TooManyRequestsError } from '../../../lib/kube/errors.js';
+import { Informer } from '../../../lib/kube/informer.js';
+import { CoreResources } from '../../../lib/kube/resources.js';
+import type { Node, Pod, PodDisruptionBudget } from '../../../lib/kube/types.js';
+import { CapturingLogger } from '../../../lib/observability/logger.js';
+import { ATTACHMENT_NODE_INDEX, ATTACHMENT_PV_INDEX, POD_NODE_INDEX } from '../../../lib/drain/caches.js';
+import { FakeKube } from '../../fakes/kube.js';
+import { eventually } from '../helpers/eventually.js';
+
+const T0 = Date.UTC(2026, 10, 1, 12, 0, 0);
+const iso = (ms: number): string => new Date(ms).toISOString().replace(/\.\d{3}Z$/, 'Z');
+
+function pod(
+  name: string,
+  extra: Partial<Pod['metadata']> = {},
+  spec: Pod['spec'] = {},
+  phase = 'Running',
+): Pod {
+  return {
+    metadata: {
+      name,
+      namespace: 'ns',
+      uid: `uid-${name}`,
+      labels: { app: name.split('-')[0] ?? name },
+      ...extra,
+    },
+    spec: { nodeName: 'n1', ...spec },
+    status: { phase },
+  };
+}
+
+describe('drain rules', () => {
+  it('skips mirror pods, DaemonSet pods and finished pods', () => {
+    const pods = [
+      pod('web-1'),
+      pod('mirror-1', { annotations: { 'kubernetes.io/config.mirror': 'x' } }),
+      pod('ds-1', {
+        ownerReferences: [
+          { apiVersion: 'apps/v1', kind: 'DaemonSet', name: 'ds', uid: 'u', controller: true },
+        ],
+      }),
+      pod('job-1', {}, {}, 'Succeeded'),
+      pod('bare-1', {
+        ownerReferences: [
+          { apiVersion: 'apps/v1', kind: 'ReplicaSet', name: 'rs', uid: 'u', controller: true },
+        ],
+      }),
+    ];
+    expect(podsToDrain(pods).map((p) => p.metadata.name)).to.deep.equal(['web-1', 'bare-1']);
+  });
+
+  it('matches budgets by namespace and selector', () => {
+    const b = (name: string, ns: string, app: string): PodDisruptionBudget => ({
+      metadata: { name, namespace: ns },
+      spec: { selector: { matchLabels: { app } } },
+    });
+    const found = matchingPdbs(pod('web-1'), [
+      b('a', 'ns', 'web'),
+      b('b', 'other', 'web'),
+      b('c', 'ns', 'db'),
+    ]);
+    expect(found.map((x) => x.metadata.name)).to.deep.equal(['a']);
+  });
+
+  it('calls a budget misconfigured only when its status is current and all pods are healthy yet none may go', () => {
+    const pdb = (
+      status: NonNullable<PodDisruptionBudget['status']>,
+      generation = 1,
+    ): PodDisruptionBudget => ({
+      metadata: { name: 'p', generation },
+      status,
+    });
+    expect(
+      isMisconfiguredPdb(
+        pdb({ observedGeneration: 1, expectedPods: 2, currentHealthy: 2, disruptionsAllowed: 0 }),
+      ),
+    ).to.be.true;
+    expect(
+      isMisconfiguredPdb(
+        pdb({ observedGeneration: 0, expectedPods: 2, currentHealthy: 2, disruptionsAllowed: 0 }),
+      ),
+    ).to.be.false;
+    expect(
+      isMisconfiguredPdb(
+        pdb({ observedGeneration: 1, expectedPods: 2, currentHealthy: 1, disruptionsAllowed: 0 }),
+      ),
+    ).to.be.false;
+    expect(
+      isMisconfiguredPdb(
+        pdb({ observedGeneration: 1, expectedPods: 2, currentHealthy: 2, disruptionsAllowed: 1 }),
+      ),
+    ).to.be.false;
+  });
+
+  it('forces for the force-deletion label, after the drain timeout, and for a node NotReady for 5 minutes', () => {
+    const m = (
+      labels: Record<string, string>,
+      conditions: NonNullable<Machine['status']>['conditions'] = [],
+    ): Machine => ({
+      metadata: { name: 'm', labels, deletionTimestamp: iso(T0) },
+      status: { conditions },
+    });
+    expect(forceReason(m({ 'force-deletion': 'true' }), T0, 3_600_000)).to.contain('force-deletion');
+    expect(forceReason(m({ 'force-deletion': 'no' }), T0, 3_600_000)).to.equal(undefined);
+    expect(forceReason(m({}), T0 + 3_600_000, 3_600_000)).to.equal('the drain timeout passed');
+    const notReady = m({}, [{ type: 'Ready', status: 'False', lastTransitionTime: iso(T0 - 6 * 60_000) }]);
+    expect(forceReason(notReady, T0, 3_600_000)).to.contain('not been Ready');
+    const briefly = m({}, [{ type: 'Ready', status: 'False', lastTransitionTime: iso(T0 - 60_000) }]);
+    expect(forceReason(briefly, T0, 3_600_000)).to.equal(undefined);
+  });
+
+  it('keeps only what the drain reads of a pod in the cache', () => {
+    const big: Pod = {
+      metadata: {
+        name: 'p',
+        namespace: 'ns',
+        labels: { a: 'b' },
+        annotations: { 'kubectl.kubernetes.io/last-applied-configuration': 'x'.repeat(5000) },
+      },
+      spec: {
+        nodeName: 'n1',
+        containers: [{ name: 'c', image: 'i', env: [{ name: 'X', value: 'y'.repeat(5000) }] }],
+        volumes: [
+          { name: 'tmp', emptyDir: {} },
+          { name: 'd', persistentVolumeClaim: { claimName: 'data' } },
+        ],
+      },
+      status: { phase: 'Running', conditions: [{ type: 'Ready', status: 'True' }] },
+    };
+    const t = trimPod(big);
+    expect(JSON.stringify(t).length).to.be.lessThan(300);
+    expect(t.spec?.volumes).to.deep.equal([{ name: 'd', persistentVolumeClaim: { claimName: 'data' } }]);
+    expect(t.status).to.deep.equal({ phase: 'Running' });
+  });
+});
+
+describe('Drainer rounds (in-memory API)', () => {
+  let api: FakeKube;
+  let informers: { stop(): Promise<void> }[];
+  let drainer: Drainer;
+  const clock = new FakeClock(T0);
+  let pods: Informer<Pod>;
+  let pdbs: Informer<PodDisruptionBudget>;
+
+  beforeEach(async () => {
+    api = new FakeKube({ now: () => clock.now() });
+    const logger = new CapturingLogger();
+    const inf = <T extends object>(res: Parameters<typeof api.list>[0]): Informer<T & { metadata: object }> =>
+      new Informer({ client: api, resource: res, logger }) as never;
+    pods = new Informer<Pod>({ client: api, resource: CoreResources.pods, logger, transform: trimPod });
+    pods.addIndexer(POD_NODE_INDEX, (p) => (p.spec?.nodeName === undefined ? [] : [p.spec.nodeName]));
+    const vas = inf(CoreResources.volumeAttachments);
+    vas.addIndexer(ATTACHMENT_NODE_INDEX, () => []);
+    vas.addIndexer(ATTACHMENT_PV_INDEX, () => []);
+    pdbs = new Informer<PodDisruptionBudget>({
+      client: api,
+      resource: CoreResources.podDisruptionBudgets,
+      logger,
+    });
+    const caches = {
+      pods,
+      podDisruptionBudgets: pdbs,
+      persistentVolumeClaims: inf(CoreResources.persistentVolumeClaims),
+      persistentVolumes: inf(CoreResources.persistentVolumes),
+      volumeAttachments: vas,
+    };
+    const nodes = new Informer<Node>({ client: api, resource: CoreResources.nodes, logger });
+    informers = [pods, nodes, ...Object.values(caches)];
+    drainer = new Drainer(api, caches, nodes, {
+      maxEvictRetries: 3,
+      pvDetachTimeoutMs: 60_000,
+      pvReattachTimeoutMs: 1000,
+    });
+    api.seed(CoreResources.nodes, { metadata: { name: 'n1' } });
+    api.seed(CoreResources.pods, pod('web-1'), pod('web-2'));
+    for (const i of new Set([pods, nodes, ...Object.values(caches)])) i.start();
+    await Promise.all([pods, nodes, ...Object.values(caches)].map((i) => i.waitForSync()));
+  });
+
+  afterEach(async () => {
+    await Promise.all(informers.map((i) => i.stop()));
+  });
+
+  const input = (now: number, force = false): Parameters<Drainer['round']>[0] => ({
+    id: 'ns/m',
+    nodeName: 'n1',
+    startedAt: T0,
+    now,
+    force,
+    driver: undefined,
+  });
+
+  it('evicts every pod without volumes at once, then is done once they are gone', async () => {
+    const r1 = await drainer.round(input(T0));
+    expect(r1.done).to.be.false;
+    expect(
+      api.actions
+        .filter((a) => a.subresource === 'eviction')
+        .map((a) => a.name)
+        .sort(),
+    ).to.deep.equal(['web-1', 'web-2']);
+    await eventually(() => pods.size() === 0, 'pods gone from the cache');
+    const r2 = await drainer.round(input(T0 + 1000));
+    expect(r2).to.deep.equal({ done: true, blockers: [], requeueAfterMs: 0 });
+  });
+
+  it('waits 20 s between evictions a budget refuses, names the budget, and deletes the pod once the retries are used up', async () => {
+    api.seed(CoreResources.podDisruptionBudgets, {
+      metadata: { name: 'web', namespace: 'ns', generation: 1 },
+      spec: { selector: { matchLabels: { app: 'web' } } },
+      status: {
+        observedGeneration: 1,
+        expectedPods: 2,
+        currentHealthy: 2,
+        desiredHealthy: 2,
+        disruptionsAllowed: 0,
+      },
+    } as never);
+    api.react((a) =>
+      a.subresource === 'eviction'
+        ? new TooManyRequestsError('pdb', 429, 'TooManyRequests', undefined, undefined)
+        : undefined,
+    );
+    await eventually(() => pdbs.size() === 1, 'the budget cached');
+    const r1 = await drainer.round(input(T0));
+    expect(r1.done).to.be.false;
+    expect(r1.requeueAfterMs).to.equal(20_000);
+    expect(r1.blockers.map((b) => b.reason)).to.deep.equal(['pdb', 'pdb']);
+    expect(r1.blockers[0]?.pdbs).to.deep.equal(['ns/web']);
+    expect(describeBlockers(r1.blockers)).to.contain('PodDisruptionBudget ns/web allows 0 disruptions now');
+    expect(describeBlockers(r1.blockers)).to.contain('as configured it can never allow one');
+    expect(api.actions.filter((a) => a.verb === 'delete')).to.have.length(0);
+    const r2 = await drainer.round(input(T0 + 3 * 20_000));
+    expect(r2.blockers.every((b) => b.reason === 'terminating')).to.be.true;
+    const deletes = api.actions.filter((a) => a.verb === 'delete' && a.resource === 'pods');
+    expect(deletes.map((a) => a.name).sort()).to.deep.equal(['web-1', 'web-2']);
+    expect((deletes[0]?.body as { gracePeriodSeconds?: number }).gracePeriodSeconds).to.equal(0);
+  });
+
+  it('deletes every pod without grace when forced, without evicting', async () => {
+    const r = await drainer.round(input(T0, true));
+    expect(r.done).to.be.true;
+    expect(api.actions.some((a) => a.subresource === 'eviction')).to.be.false;
+    expect(
+      api.actions
+        .filter((a) => a.verb === 'delete')
+        .map((a) => a.name)
+        .sort(),
+    ).to.deep.equal(['web-1', 'web-2']);
+  });
+});
