@@ -125,6 +125,12 @@ describe('machine lifecycle on the virtual provider (real kube-apiserver)', func
     const all = await env.nodes();
     const vmNodes = all.filter((n) => n.metadata.name?.startsWith('scale-'));
     expect(vmNodes, 'no Node of a removed machine is left').to.have.length(2);
+    const info = (await env.manager?.registry.getSingleMetricAsString('mcm_machine_info')) ?? '';
+    const series = info.split('\n').filter((l) => l.includes('name="scale-'));
+    expect(series, 'mcm_machine_info has a series per machine, none for deleted ones').to.have.length(2);
+    const phase =
+      (await env.manager?.registry.getSingleMetricAsString('mcm_machine_current_status_phase')) ?? '';
+    expect(phase.split('\n').filter((l) => l.includes('name="scale-') && l.endsWith(' 1'))).to.have.length(2);
   });
 
   it('changing the class rolls every machine onto new VMs of the new class', async () => {
