@@ -277,7 +277,10 @@ class HarnessControlPlane implements ControlPlane {
       `--root-ca-file=${path.join(this.workDir, 'apiserver-certs', 'apiserver.crt')}`,
       '--use-service-account-credentials=false',
       '--node-monitor-period=2s',
-      '--node-monitor-grace-period=20s',
+      // kwok (as run here) renews no node Leases and refreshes node conditions only every ~10
+      // minutes, so with a short grace period every kwok node would flip to Unknown and back.
+      // Node readiness in this control plane is what the virtual provider (or a test) writes.
+      '--node-monitor-grace-period=1h',
     ]);
   }
 

@@ -141,8 +141,7 @@ export async function runCreationFlow(
     log.info('machine cannot be created yet', { reason: resolved.problem, message: resolved.message });
     return { requeueAfter: RetryPeriod.Medium };
   }
-  const driver: Driver = resolved.driver;
-  const machineClass = structuredClone(resolved.machineClass) as typeof resolved.machineClass & object;
+  const { driver, machineClass } = resolved;
   let m: AnyMachine = cached;
   const name = m.metadata.name ?? '';
   const withTarget = d.target !== undefined;
