@@ -3,6 +3,7 @@ import type { Registry } from 'prom-client';
 
 import { EventSource } from './api/constants.js';
 import { MachineDeploymentResource } from './api/types.js';
+import { AutoscalerServer } from './autoscaler/server.js';
 import type { ManagerConfig } from './config.js';
 import { SharedInformers, type ControllerContext } from './controllers/context.js';
 import { MachineController } from './controllers/machine/controller.js';
@@ -98,11 +99,14 @@ export class Manager {
   private controllers: Runnable[] = [];
   private electionAbort: AbortController | undefined;
   private election: Promise<void> | undefined;
+  private grpc: AutoscalerServer | undefined;
   private running = false;
   private synced = false;
   private stopping = false;
   private leading = false;
   port = 0;
+  /** Port of the externalgrpc server (0 when it is off). */
+  grpcPort = 0;
 
   constructor(
     readonly config: ManagerConfig,
@@ -191,6 +195,10 @@ export class Manager {
     // at once, and read-only servers can answer from them on every replica.
     await this.startInformers();
     if (this.stopping) return;
+    // The autoscaler server runs on every replica too: it reads the caches and its writes are
+    // conditional, so any replica behind the Service may answer.
+    await this.startGrpc();
+    if (this.isStopping()) return;
     if (!this.config.leaderElect) {
       this.runControllers();
       return;
@@ -227,6 +235,10 @@ export class Manager {
       },
     });
     this.election = elector.run(this.electionAbort.signal);
+  }
+
+  private isStopping(): boolean {
+    return this.stopping;
   }
 
   /** Whether this manager runs the controllers (always, without leader election). */
@@ -272,6 +284,29 @@ export class Manager {
     await informers.waitForSync();
     this.synced = true;
     this.log.info('caches synced', { namespace: this.config.namespace });
+  }
+
+  private async startGrpc(): Promise<void> {
+    const c = this.config;
+    if (c.grpcAddress === '' || this.informers === undefined) return;
+    this.grpc = new AutoscalerServer({
+      address: c.grpcAddress,
+      tls: c.grpcInsecure
+        ? undefined
+        : { certFile: c.grpcTlsCertFile, keyFile: c.grpcTlsKeyFile, clientCAFile: c.grpcClientCaFile },
+      groups: c.nodeGroups,
+      gpuLabel: c.autoscalerGpuLabel,
+      gpuTypes: c.autoscalerGpuTypes,
+      namespace: c.namespace,
+      client: this.client,
+      informers: this.informers,
+      clock: this.clock,
+      logger: this.log,
+      registry: this.registry,
+      unhealthy: () => (this.synced ? undefined : 'caches are not synced'),
+    });
+    await this.grpc.start();
+    this.grpcPort = this.grpc.port;
   }
 
   private machineSettings(): MachineControllerSettings {
@@ -357,6 +392,7 @@ export class Manager {
     if (this.stopping) return;
     this.stopping = true;
     this.log.info('shutting down');
+    await this.grpc?.stop();
     await this.stopControllers();
     // Releases the Lease (releaseOnCancel) so a standby replica takes over at once.
     this.electionAbort?.abort();
