@@ -59,16 +59,17 @@ export function cloudProviderClient(
           reject(new Error(`no method ${method}`));
           return;
         }
-        fn.call(client, req, { deadline: Date.now() + 10_000 }, (err, res) => { err === null ? resolve(res) : reject(err); },
-        );
+        fn.call(client, req, { deadline: Date.now() + 10_000 }, (err, res) => {
+          err === null ? resolve(res) : reject(err);
+        });
       }),
-    close: () => { client.close(); },
+    close: () => {
+      client.close();
+    },
   };
 }
 
 /** The gRPC status code of a failed call (or undefined when it did not fail with one). */
 export function grpcCode(err: unknown): number | undefined {
-  return typeof err === 'object' && err !== null && 'code' in err
-    ? Number((err).code)
-    : undefined;
+  return typeof err === 'object' && err !== null && 'code' in err ? Number(err.code) : undefined;
 }

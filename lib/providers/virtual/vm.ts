@@ -41,7 +41,6 @@ export const KWOK_ANNOTATION_VALUE = 'fake';
 /** Taint a kubelet registers with until its node is Ready. */
 export const NOT_READY_TAINT: Taint = { key: 'node.kubernetes.io/not-ready', effect: 'NoSchedule' };
 
-
 export function providerIDOf(zone: string, name: string): string {
   return `${VIRTUAL_PROVIDER_ID_PREFIX}${zone}/${name}`;
 }
