@@ -29,11 +29,15 @@ export interface NodeRef {
 
 /** How long a written deployment overrides the cache if the watch never shows that version. */
 const WRITTEN_TTL_MS = 30_000;
+/** Versions per deployment remembered from the watch. */
+const SEEN_VERSIONS = 8;
 
 export class GroupLookup {
   private groupCache: Map<string, NodeGroup> | undefined;
   private readonly written = new Map<string, { obj: RDeployment; at: number }>();
   private readonly problems = new Map<string, string>();
+  /** The last versions of each deployment the watch delivered. */
+  private readonly seen = new Map<string, string[]>();
 
   constructor(
     private readonly informers: SharedInformers,
@@ -50,18 +54,36 @@ export class GroupLookup {
       this.groupCache = undefined;
     };
     informers.machineDeployments.addHandler({
-      onAdd: dirty,
+      onAdd: (obj) => {
+        dirty();
+        this.saw(obj);
+      },
       onUpdate: (_old, obj) => {
         dirty();
-        const key = `${obj.metadata.namespace ?? ''}/${obj.metadata.name ?? ''}`;
-        if (this.written.get(key)?.obj.metadata.resourceVersion === obj.metadata.resourceVersion)
-          this.written.delete(key);
+        this.saw(obj);
       },
       onDelete: (obj) => {
         dirty();
-        this.written.delete(`${obj.metadata.namespace ?? ''}/${obj.metadata.name ?? ''}`);
+        const key = `${obj.metadata.namespace ?? ''}/${obj.metadata.name ?? ''}`;
+        this.written.delete(key);
+        this.seen.delete(key);
       },
     });
+  }
+
+  /**
+   * Notes a version the watch delivered: it ends the override of a write of that version, and it
+   * is remembered for a while because the watch may deliver a version before the write's response
+   * arrives.
+   */
+  private saw(obj: RDeployment): void {
+    const key = `${obj.metadata.namespace ?? ''}/${obj.metadata.name ?? ''}`;
+    const rv = obj.metadata.resourceVersion ?? '';
+    if (this.written.get(key)?.obj.metadata.resourceVersion === rv) this.written.delete(key);
+    const list = this.seen.get(key) ?? [];
+    list.push(rv);
+    if (list.length > SEEN_VERSIONS) list.shift();
+    this.seen.set(key, list);
   }
 
   /** The served groups, sorted by id. */
@@ -114,7 +136,8 @@ export class GroupLookup {
 
   /** Records a deployment returned by one of our writes (read-your-writes). */
   wrote(group: NodeGroup, obj: MachineDeployment): void {
-    this.written.set(group.id, { obj: obj, at: this.clock.now() });
+    if (this.seen.get(group.id)?.includes(obj.metadata.resourceVersion ?? '') === true) return;
+    this.written.set(group.id, { obj, at: this.clock.now() });
   }
 
   /** MachineSets controlled by the deployment. */

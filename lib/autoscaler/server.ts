@@ -417,6 +417,7 @@ export class AutoscalerServer {
     if (nodes.length === 0) throw invalidArgument('no nodes to delete');
     const { group } = this.groupOrThrow(id);
     // Resolve every node first: one foreign or unknown node refuses the whole call.
+    const protectedNodes = new Map<string, string>();
     const machines = nodes.map((n) => {
       const ref = toRef(n);
       const m = this.lookup.machineForNode(ref);
@@ -435,11 +436,7 @@ export class AutoscalerServer {
       const disabled =
         node?.metadata.annotations?.[Annotation.ClusterAutoscalerScaleDownDisabled] ??
         n.annotations?.[Annotation.ClusterAutoscalerScaleDownDisabled];
-      if (disabled === 'true' && !m.metadata.deletionTimestamp) {
-        throw failedPrecondition(
-          `node ${ref.name} has ${Annotation.ClusterAutoscalerScaleDownDisabled}=true (set during rollouts and for preserved machines)`,
-        );
-      }
+      if (disabled === 'true') protectedNodes.set(m.metadata.name ?? '', ref.name || ref.providerID);
       return m;
     });
     return this.write(id, deadline, (g, mcd) => {
@@ -451,6 +448,14 @@ export class AutoscalerServer {
         now: this.opts.clock.now(),
       });
       if ('error' in r) throw r.error;
+      const refused = r.plan.marked.filter((name) => protectedNodes.has(name));
+      if (refused.length > 0) {
+        throw failedPrecondition(
+          `node(s) ${refused.map((name) => protectedNodes.get(name)).join(', ')} carry ` +
+            `${Annotation.ClusterAutoscalerScaleDownDisabled}=true (a preserved machine, or set by hand); ` +
+            'remove the annotation to allow their scale-down',
+        );
+      }
       return {
         patch: this.deletionPatch(r.plan),
         describe: `delete ${r.plan.marked.join(',')}${r.plan.already.length > 0 ? ` (already going: ${r.plan.already.join(',')})` : ''}`,
