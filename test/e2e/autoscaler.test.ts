@@ -11,7 +11,7 @@ import { expect } from 'chai';
 
 import { MachineDeploymentResource, type Machine, type MachineDeployment } from '../../lib/api/types.js';
 import { GroupAnnotation } from '../../lib/autoscaler/groups.js';
-import { KubeClient } from '../../lib/kube/client.js';
+import type { KubeClient } from '../../lib/kube/client.js';
 import { isNotFound } from '../../lib/kube/errors.js';
 import type { KubeObject, Node, Pod } from '../../lib/kube/types.js';
 import { startAutoscaler, skipUnlessAutoscaler, type Autoscaler } from '../harness/autoscaler.js';
@@ -53,7 +53,13 @@ function podDeployment(name: string, pool: string, replicas: number): AppsDeploy
         spec: {
           terminationGracePeriodSeconds: 0,
           nodeSelector: { pool },
-          containers: [{ name: 'app', image: 'registry.invalid/app:1', resources: { requests: { cpu: '1500m', memory: '256Mi' } } }],
+          containers: [
+            {
+              name: 'app',
+              image: 'registry.invalid/app:1',
+              resources: { requests: { cpu: '1500m', memory: '256Mi' } },
+            },
+          ],
         },
       },
     },
@@ -66,7 +72,12 @@ describe('cluster-autoscaler e2e (real autoscaler, kube-scheduler, kwok)', funct
   let client: KubeClient;
 
   const pods = async (app: string): Promise<Pod[]> =>
-    (await client.list<Pod>({ group: '', version: 'v1', plural: 'pods', kind: 'Pod', namespaced: true }, { namespace: NS, labelSelector: `app=${app}` })).items;
+    (
+      await client.list<Pod>(
+        { group: '', version: 'v1', plural: 'pods', kind: 'Pod', namespaced: true },
+        { namespace: NS, labelSelector: `app=${app}` },
+      )
+    ).items;
   const machinesOf = async (mcd: string): Promise<Machine[]> => env.machines(mcd);
   const running = (p: Pod): boolean => p.spec?.nodeName !== undefined && p.status?.phase === 'Running';
 
@@ -96,19 +107,41 @@ describe('cluster-autoscaler e2e (real autoscaler, kube-scheduler, kwok)', funct
 
       before(async function () {
         skipUnlessAutoscaler(this, version);
-        const tls = (env as unknown as { tls: { clientCertFile: string; clientKeyFile: string; caFile: string } }).tls;
+        const tls = (
+          env as unknown as { tls: { clientCertFile: string; clientKeyFile: string; caFile: string } }
+        ).tls;
         // Two groups for the same pool, both at zero: "full" fits the pods best (least waste) but
         // its zone has no capacity; "spare" has bigger nodes and room.
-        await env.createClass(`${p}-full`, { zoneCapacity: { [`${p}-zone-full`]: 0 } }, {
-          nodeTemplate: nodeTemplate({ capacity: { cpu: '2', memory: '4Gi', pods: '20' }, zone: `${p}-zone-full` }),
-        });
-        await env.createClass(`${p}-spare`, {}, {
-          nodeTemplate: nodeTemplate({ capacity: { cpu: '4', memory: '8Gi', pods: '20' }, zone: `${p}-zone-spare` }),
-        });
+        await env.createClass(
+          `${p}-full`,
+          { zoneCapacity: { [`${p}-zone-full`]: 0 } },
+          {
+            nodeTemplate: nodeTemplate({
+              capacity: { cpu: '2', memory: '4Gi', pods: '20' },
+              zone: `${p}-zone-full`,
+            }),
+          },
+        );
+        await env.createClass(
+          `${p}-spare`,
+          {},
+          {
+            nodeTemplate: nodeTemplate({
+              capacity: { cpu: '4', memory: '8Gi', pods: '20' },
+              zone: `${p}-zone-spare`,
+            }),
+          },
+        );
         for (const name of ['full', 'spare']) {
-          await env.createDeployment(`${p}-${name}`, 0, `${p}-${name}`, {}, {
-            nodeTemplate: { metadata: { labels: { pool: p } } },
-          });
+          await env.createDeployment(
+            `${p}-${name}`,
+            0,
+            `${p}-${name}`,
+            {},
+            {
+              nodeTemplate: { metadata: { labels: { pool: p } } },
+            },
+          );
           await client.patch(
             MachineDeploymentResource,
             `${p}-${name}`,
@@ -127,11 +160,14 @@ describe('cluster-autoscaler e2e (real autoscaler, kube-scheduler, kwok)', funct
 
       after(async () => {
         await ca?.stop();
-        for (const name of [`${p}-pods`]) await client.delete(DeploymentsResource, name, { namespace: NS }).catch(() => undefined);
+        for (const name of [`${p}-pods`])
+          await client.delete(DeploymentsResource, name, { namespace: NS }).catch(() => undefined);
         for (const name of ['full', 'spare']) {
-          await client.delete(MachineDeploymentResource, `${p}-${name}`, { namespace: NS }).catch((err: unknown) => {
-            if (!isNotFound(err)) throw err;
-          });
+          await client
+            .delete(MachineDeploymentResource, `${p}-${name}`, { namespace: NS })
+            .catch((err: unknown) => {
+              if (!isNotFound(err)) throw err;
+            });
         }
       });
 
@@ -154,17 +190,28 @@ describe('cluster-autoscaler e2e (real autoscaler, kube-scheduler, kwok)', funct
         const spare = await machinesOf(`${p}-spare`);
         const nodes = await env.nodes();
         const spareNodes = new Set(spare.map((m) => m.metadata.labels?.node ?? m.metadata.name));
-        for (const pod of scheduled) expect(spareNodes.has(pod.spec?.nodeName ?? ''), `pod on a spare node`).to.equal(true);
-        for (const n of nodes.filter((x) => spareNodes.has(x.metadata.name ?? ''))) expect(isReady(n)).to.equal(true);
-        await until('the full group back at 0 with no machine', async () => {
-          const full = await client.get<MachineDeployment>(MachineDeploymentResource, `${p}-full`, NS);
-          return full.spec?.replicas === 0 && (await machinesOf(`${p}-full`)).length === 0;
-        }, 120_000);
+        for (const pod of scheduled)
+          expect(spareNodes.has(pod.spec?.nodeName ?? ''), `pod on a spare node`).to.equal(true);
+        for (const n of nodes.filter((x) => spareNodes.has(x.metadata.name ?? '')))
+          expect(isReady(n)).to.equal(true);
+        await until(
+          'the full group back at 0 with no machine',
+          async () => {
+            const full = await client.get<MachineDeployment>(MachineDeploymentResource, `${p}-full`, NS);
+            return full.spec?.replicas === 0 && (await machinesOf(`${p}-full`)).length === 0;
+          },
+          120_000,
+        );
       });
 
       it('scales down exactly the idle machines and leaves the busy one', async () => {
         const t0 = Date.now();
-        await client.patch(DeploymentsResource, `${p}-pods`, { spec: { replicas: 1 } }, { type: 'merge', namespace: NS });
+        await client.patch(
+          DeploymentsResource,
+          `${p}-pods`,
+          { spec: { replicas: 1 } },
+          { type: 'merge', namespace: NS },
+        );
         const busy = await until('one pod left', async () => {
           const ps = (await pods(`${p}-pods`)).filter((x) => x.metadata.deletionTimestamp === undefined);
           return ps.length === 1 && ps[0]?.spec?.nodeName !== undefined ? ps[0].spec.nodeName : undefined;
@@ -190,16 +237,28 @@ describe('cluster-autoscaler e2e (real autoscaler, kube-scheduler, kwok)', funct
 
       it('scales up during a rollout and the rollout completes', async () => {
         const t0 = Date.now();
-        await env.createClass(`${p}-spare-v2`, { bootDelay: '2s' }, {
-          nodeTemplate: nodeTemplate({ capacity: { cpu: '4', memory: '8Gi', pods: '20' }, zone: `${p}-zone-spare` }),
-        });
+        await env.createClass(
+          `${p}-spare-v2`,
+          { bootDelay: '2s' },
+          {
+            nodeTemplate: nodeTemplate({
+              capacity: { cpu: '4', memory: '8Gi', pods: '20' },
+              zone: `${p}-zone-spare`,
+            }),
+          },
+        );
         await client.patch(
           MachineDeploymentResource,
           `${p}-spare`,
           { spec: { template: { spec: { class: { kind: 'MachineClass', name: `${p}-spare-v2` } } } } },
           { type: 'merge', namespace: NS },
         );
-        await client.patch(DeploymentsResource, `${p}-pods`, { spec: { replicas: 3 } }, { type: 'merge', namespace: NS });
+        await client.patch(
+          DeploymentsResource,
+          `${p}-pods`,
+          { spec: { replicas: 3 } },
+          { type: 'merge', namespace: NS },
+        );
         await until(
           '3 pods running and every machine from the new class',
           async () => {
@@ -208,7 +267,10 @@ describe('cluster-autoscaler e2e (real autoscaler, kube-scheduler, kwok)', funct
             return (
               ps.filter(running).length === 3 &&
               ms.length >= 3 &&
-              ms.every((m) => m.spec?.class?.name === `${p}-spare-v2` && m.status?.currentStatus?.phase === 'Running')
+              ms.every(
+                (m) =>
+                  m.spec?.class?.name === `${p}-spare-v2` && m.status?.currentStatus?.phase === 'Running',
+              )
             );
           },
           300_000,
