@@ -12,6 +12,7 @@ import { MachineDeploymentController } from './controllers/machinedeployment/con
 import { MachineSetController } from './controllers/machineset/controller.js';
 import { NodeController } from './controllers/node/controller.js';
 import { OvershootSafetyController } from './controllers/safety/overshoot.js';
+import { ProviderSafety } from './controllers/safety/provider.js';
 import { SecretController } from './controllers/secret/controller.js';
 import { ProviderRegistry } from './driver/registry.js';
 import { KubeClient, type KubeApi } from './kube/client.js';
@@ -329,13 +330,26 @@ export class Manager {
       this.controllers.push(new MachineDeploymentController(ctx, workers));
     if (enabled.has('safety')) this.controllers.push(new OvershootSafetyController(ctx));
     if (enabled.has('machine')) {
-      this.controllers.push(
-        new MachineController(ctx, {
-          settings: this.machineSettings(),
-          providers: this.providers,
-          workers: this.config.machineConcurrentSyncs,
-        }),
-      );
+      // The safety and the machine controller need each other: the freeze flag one way, the
+      // creations in flight and the re-enqueue after an unfreeze the other.
+      const late: { machines?: MachineController } = {};
+      const safety = new ProviderSafety(ctx, {
+        providers: this.providers,
+        orphanVmsPeriodMs: this.config.machineSafetyOrphanVmsPeriodMs,
+        statusCheckPeriodMs: this.config.machineSafetyApiserverStatuscheckPeriodMs,
+        statusCheckTimeoutMs: this.config.machineSafetyApiserverStatuscheckTimeoutMs,
+        creationTimeoutMs: this.config.machineCreationTimeoutMs,
+        creationInFlight: (key) => late.machines?.isCreating(key) ?? false,
+        onUnfreeze: () => late.machines?.enqueueAll(),
+      });
+      const machines = new MachineController(ctx, {
+        settings: this.machineSettings(),
+        providers: this.providers,
+        workers: this.config.machineConcurrentSyncs,
+        frozen: () => safety.isFrozen(),
+      });
+      late.machines = machines;
+      this.controllers.push(machines, safety);
     }
     if (enabled.has('node') && this.target !== undefined) this.controllers.push(new NodeController(ctx));
     if (enabled.has('machineclass')) this.controllers.push(new MachineClassController(ctx));
