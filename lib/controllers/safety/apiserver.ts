@@ -230,6 +230,9 @@ export class ApiServerSafety {
         );
         break;
       case 'unfreeze': {
+        // The caches went stale during the outage and their list/watch loops may be deep in a
+        // backoff: have them catch up now rather than resume on stale state for up to a minute.
+        this.ctx.informers.retryNow();
         const reset = await this.resetUnknownMachines();
         if (!reset) {
           // Still frozen: the reset is retried at the next probe.
