@@ -39,6 +39,8 @@ export function defaultProviders(): ProviderRegistry {
  */
 const CLOUD_CLIENT_QPS = 1000;
 const CLOUD_CLIENT_BURST = 1000;
+/** The API-server probes send two requests every few seconds at most. */
+const PROBE_CLIENT_QPS = 5;
 
 export interface ManagerDeps {
   logger: Logger;
@@ -89,6 +91,8 @@ export class Manager {
   readonly target: KubeClient | undefined;
   private readonly cloudControl: KubeClient;
   private readonly cloudTarget: KubeClient | undefined;
+  private readonly probeControl: KubeClient;
+  private readonly probeTarget: KubeClient | undefined;
   private readonly clock: Clock;
   private readonly log: Logger;
   private readonly server: ObservabilityServer;
@@ -145,6 +149,22 @@ export class Manager {
     };
     this.cloudControl = cloudClient(control, 'control');
     this.cloudTarget = targetConfig === undefined ? undefined : cloudClient(targetConfig, 'target');
+    // The API-server safety probes get small clients of their own: a probe queued behind the
+    // controllers' --kube-api-qps budget must not look like an unreachable API server.
+    const probeClient = (kubeConfig: KubeConfig, side: string): KubeClient => {
+      const c = new KubeClient({
+        kubeConfig,
+        qps: PROBE_CLIENT_QPS,
+        burst: PROBE_CLIENT_QPS,
+        clock: this.clock,
+        registry: this.registry,
+        userAgent: `${deps.userAgent ?? 'machine-controller-manager-ts'}/safety-probe-${side}`,
+      });
+      this.cloudClients.push(c);
+      return c;
+    };
+    this.probeControl = probeClient(control, 'control');
+    this.probeTarget = targetConfig === undefined ? undefined : probeClient(targetConfig, 'target');
     this.server = new ObservabilityServer(
       this.registry,
       {
@@ -339,6 +359,7 @@ export class Manager {
         statusCheckPeriodMs: this.config.machineSafetyApiserverStatuscheckPeriodMs,
         statusCheckTimeoutMs: this.config.machineSafetyApiserverStatuscheckTimeoutMs,
         creationTimeoutMs: this.config.machineCreationTimeoutMs,
+        probeClients: { control: this.probeControl, target: this.probeTarget },
         creationInFlight: (key) => late.machines?.isCreating(key) ?? false,
         onUnfreeze: () => late.machines?.enqueueAll(),
       });

@@ -1,6 +1,7 @@
 import type { ProviderRegistry } from '../../driver/registry.js';
 import type { ControllerContext } from '../context.js';
-import { ApiServerSafety } from './apiserver.js';
+import type { KubeApi } from '../../kube/client.js';
+import { ApiServerSafety, apiServerProber } from './apiserver.js';
 import { UnmanagedNodeController } from './nodes.js';
 import { OrphanVmCollector } from './orphans.js';
 
@@ -14,6 +15,8 @@ export interface ProviderSafetyOptions {
   statusCheckTimeoutMs: number;
   /** --machine-creation-timeout (nodes younger than this are not judged unmanaged) */
   creationTimeoutMs: number;
+  /** Clients the API-server probes use (default: the controllers' own). */
+  probeClients?: { control: KubeApi; target: KubeApi | undefined };
   /** Whether the machine controller is creating the VM of `namespace/name` right now. */
   creationInFlight: (key: string) => boolean;
   /** After an unfreeze: every machine needs a pass. */
@@ -35,6 +38,15 @@ export class ProviderSafety {
       periodMs: opts.statusCheckPeriodMs,
       timeoutMs: opts.statusCheckTimeoutMs,
       onUnfreeze: opts.onUnfreeze,
+      ...(opts.probeClients === undefined
+        ? {}
+        : {
+            prober: apiServerProber(
+              opts.probeClients.control,
+              ctx.target === undefined ? undefined : opts.probeClients.target,
+              ctx.namespace,
+            ),
+          }),
     });
     const frozen = (): boolean => this.apiServer.isFrozen();
     this.orphans = new OrphanVmCollector(ctx, {
