@@ -60,12 +60,14 @@ export function planUnmanagedNode(
   const annotated = node.metadata.annotations?.[Annotation.NotManagedByMCM] !== undefined;
   if (claimedBy > 0)
     return annotated ? { annotate: false, removeFinalizer: false } : { removeFinalizer: false };
-  if (node.metadata.deletionTimestamp !== undefined) return { removeFinalizer: false };
   const created = Date.parse(node.metadata.creationTimestamp ?? '');
   const age = Number.isNaN(created) ? Infinity : now - created;
   if (age < creationTimeoutMs) return { removeFinalizer: false, recheckAfterMs: creationTimeoutMs - age };
   const hasFinalizer = (node.metadata.finalizers ?? []).includes(Finalizer.MachineControllerNode);
-  return annotated ? { removeFinalizer: hasFinalizer } : { annotate: true, removeFinalizer: hasFinalizer };
+  // A node being deleted is not annotated, but without a machine whose deletion flow would
+  // release it, our finalizer would hold it forever.
+  if (annotated || node.metadata.deletionTimestamp !== undefined) return { removeFinalizer: hasFinalizer };
+  return { annotate: true, removeFinalizer: hasFinalizer };
 }
 
 export interface UnmanagedNodeOptions {

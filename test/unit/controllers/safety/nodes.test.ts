@@ -75,10 +75,16 @@ describe('planUnmanagedNode', () => {
     ],
     ['claimed, not annotated: nothing', node('n'), 1, { removeFinalizer: false }],
     [
-      'being deleted without machine: left alone',
+      'being deleted without machine: not annotated',
       node('n', { deleting: true }),
       0,
       { removeFinalizer: false },
+    ],
+    [
+      'being deleted without machine but with our finalizer: the finalizer goes, or nothing would release the node',
+      node('n', { deleting: true, finalizer: true }),
+      0,
+      { removeFinalizer: true },
     ],
   ];
   for (const [name, n, claimed, want] of cases) {
