@@ -13,6 +13,7 @@ import { MachineDeploymentController } from './controllers/machinedeployment/con
 import { MachineSetController } from './controllers/machineset/controller.js';
 import { NodeController } from './controllers/node/controller.js';
 import { OvershootSafetyController } from './controllers/safety/overshoot.js';
+import { ProviderSafety } from './controllers/safety/provider.js';
 import { SecretController } from './controllers/secret/controller.js';
 import { ProviderRegistry } from './driver/registry.js';
 import { KubeClient, type KubeApi } from './kube/client.js';
@@ -39,6 +40,8 @@ export function defaultProviders(): ProviderRegistry {
  */
 const CLOUD_CLIENT_QPS = 1000;
 const CLOUD_CLIENT_BURST = 1000;
+/** The API-server probes send two requests every few seconds at most. */
+const PROBE_CLIENT_QPS = 5;
 
 export interface ManagerDeps {
   logger: Logger;
@@ -89,6 +92,8 @@ export class Manager {
   readonly target: KubeClient | undefined;
   private readonly cloudControl: KubeClient;
   private readonly cloudTarget: KubeClient | undefined;
+  private readonly probeControl: KubeClient;
+  private readonly probeTarget: KubeClient | undefined;
   private readonly clock: Clock;
   private readonly log: Logger;
   private readonly server: ObservabilityServer;
@@ -148,6 +153,22 @@ export class Manager {
     };
     this.cloudControl = cloudClient(control, 'control');
     this.cloudTarget = targetConfig === undefined ? undefined : cloudClient(targetConfig, 'target');
+    // The API-server safety probes get small clients of their own: a probe queued behind the
+    // controllers' --kube-api-qps budget must not look like an unreachable API server.
+    const probeClient = (kubeConfig: KubeConfig, side: string): KubeClient => {
+      const c = new KubeClient({
+        kubeConfig,
+        qps: PROBE_CLIENT_QPS,
+        burst: PROBE_CLIENT_QPS,
+        clock: this.clock,
+        registry: this.registry,
+        userAgent: `${deps.userAgent ?? 'machine-controller-manager-ts'}/safety-probe-${side}`,
+      });
+      this.cloudClients.push(c);
+      return c;
+    };
+    this.probeControl = probeClient(control, 'control');
+    this.probeTarget = targetConfig === undefined ? undefined : probeClient(targetConfig, 'target');
     this.server = new ObservabilityServer(
       this.registry,
       {
@@ -364,13 +385,27 @@ export class Manager {
       this.controllers.push(new MachineDeploymentController(ctx, workers));
     if (enabled.has('safety')) this.controllers.push(new OvershootSafetyController(ctx));
     if (enabled.has('machine')) {
-      this.controllers.push(
-        new MachineController(ctx, {
-          settings: this.machineSettings(),
-          providers: this.providers,
-          workers: this.config.machineConcurrentSyncs,
-        }),
-      );
+      // The safety and the machine controller need each other: the freeze flag one way, the
+      // creations in flight and the re-enqueue after an unfreeze the other.
+      const late: { machines?: MachineController } = {};
+      const safety = new ProviderSafety(ctx, {
+        providers: this.providers,
+        orphanVmsPeriodMs: this.config.machineSafetyOrphanVmsPeriodMs,
+        statusCheckPeriodMs: this.config.machineSafetyApiserverStatuscheckPeriodMs,
+        statusCheckTimeoutMs: this.config.machineSafetyApiserverStatuscheckTimeoutMs,
+        creationTimeoutMs: this.config.machineCreationTimeoutMs,
+        probeClients: { control: this.probeControl, target: this.probeTarget },
+        creationInFlight: (key) => late.machines?.isCreating(key) ?? false,
+        onUnfreeze: () => late.machines?.enqueueAll(),
+      });
+      const machines = new MachineController(ctx, {
+        settings: this.machineSettings(),
+        providers: this.providers,
+        workers: this.config.machineConcurrentSyncs,
+        frozen: () => safety.isFrozen(),
+      });
+      late.machines = machines;
+      this.controllers.push(machines, safety);
     }
     if (enabled.has('node') && this.target !== undefined) this.controllers.push(new NodeController(ctx));
     if (enabled.has('machineclass')) this.controllers.push(new MachineClassController(ctx));
