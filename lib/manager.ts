@@ -105,6 +105,8 @@ export class Manager {
   private electionAbort: AbortController | undefined;
   private election: Promise<void> | undefined;
   private grpc: AutoscalerServer | undefined;
+  /** The provider-side safety of this replica (while it runs the controllers). */
+  private safety: ProviderSafety | undefined;
   private running = false;
   private synced = false;
   private stopping = false;
@@ -324,7 +326,13 @@ export class Manager {
       clock: this.clock,
       logger: this.log,
       registry: this.registry,
-      unhealthy: () => (this.synced ? undefined : 'caches are not synced'),
+      unhealthy: () => {
+        if (!this.synced) return 'caches are not synced';
+        if (this.safety?.isFrozen() === true) {
+          return 'machine reconciliation is frozen: an API server has been unreachable longer than --machine-safety-apiserver-statuscheck-timeout';
+        }
+        return undefined;
+      },
     });
     await this.grpc.start();
     this.grpcPort = this.grpc.port;
@@ -405,6 +413,7 @@ export class Manager {
         frozen: () => safety.isFrozen(),
       });
       late.machines = machines;
+      this.safety = safety;
       this.controllers.push(machines, safety);
     }
     if (enabled.has('node') && this.target !== undefined) this.controllers.push(new NodeController(ctx));
@@ -418,6 +427,7 @@ export class Manager {
   private async stopControllers(): Promise<void> {
     const controllers = this.controllers;
     this.controllers = [];
+    this.safety = undefined;
     await Promise.all(controllers.map((c) => c.stop()));
     if (this.running) await this.providers.stop();
     this.running = false;
