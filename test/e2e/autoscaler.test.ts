@@ -81,6 +81,54 @@ describe('cluster-autoscaler e2e (real autoscaler, kube-scheduler, kwok)', funct
   const machinesOf = async (mcd: string): Promise<Machine[]> => env.machines(mcd);
   const running = (p: Pod): boolean => p.spec?.nodeName !== undefined && p.status?.phase === 'Running';
 
+  /** What the cluster looks like, printed when a scenario times out. */
+  async function dump(prefix: string, ca: Autoscaler | undefined): Promise<string> {
+    const lines: string[] = [];
+    for (const m of await env.machines()) {
+      if (!(m.metadata.name ?? '').startsWith(prefix)) continue;
+      lines.push(
+        `machine ${m.metadata.name ?? ''} class=${m.spec?.class?.name ?? ''} phase=${m.status?.currentStatus?.phase ?? ''} deleting=${String(m.metadata.deletionTimestamp !== undefined)} op=${m.status?.lastOperation?.description ?? ''}`,
+      );
+    }
+    for (const d of (await client.list<MachineDeployment>(MachineDeploymentResource, { namespace: NS }))
+      .items) {
+      if (!(d.metadata.name ?? '').startsWith(prefix)) continue;
+      lines.push(
+        `mcd ${d.metadata.name ?? ''} replicas=${String(d.spec?.replicas)} annotations=${JSON.stringify(d.metadata.annotations)} conditions=${JSON.stringify(d.status?.conditions?.map((c) => `${c.type}=${c.status}/${c.reason ?? ''}`))}`,
+      );
+    }
+    for (const p of await pods(`${prefix}-pods`)) {
+      lines.push(
+        `pod ${p.metadata.name ?? ''} node=${p.spec?.nodeName ?? ''} phase=${p.status?.phase ?? ''}`,
+      );
+    }
+    for (const n of await env.nodes()) {
+      if (!(n.metadata.name ?? '').startsWith(prefix)) continue;
+      lines.push(
+        `node ${n.metadata.name ?? ''} ready=${String(isReady(n))} unschedulable=${String(n.spec?.unschedulable ?? false)} taints=${JSON.stringify(n.spec?.taints ?? [])} annotations=${JSON.stringify(n.metadata.annotations ?? {})}`,
+      );
+    }
+    if (ca !== undefined) lines.push('--- cluster-autoscaler log (tail)', ...ca.log().split('\n').slice(-60));
+    return lines.join('\n');
+  }
+
+  /** until(), with the cluster state in the error when it times out. */
+  async function waitFor<T>(
+    what: string,
+    prefix: string,
+    ca: Autoscaler | undefined,
+    fn: () => Promise<T | undefined | false>,
+    timeoutMs: number,
+  ): Promise<T> {
+    try {
+      return await until(what, fn, timeoutMs);
+    } catch (err) {
+      throw new Error(`${err instanceof Error ? err.message : String(err)}\n${await dump(prefix, ca)}`, {
+        cause: err,
+      });
+    }
+  }
+
   before(async () => {
     env = await LifecycleEnv.start({ scheduler: true, controllerManager: true, kwok: true });
     client = env.client;
@@ -175,8 +223,10 @@ describe('cluster-autoscaler e2e (real autoscaler, kube-scheduler, kwok)', funct
         const t0 = Date.now();
         await client.create(DeploymentsResource, podDeployment(`${p}-pods`, p, 3));
         let fullGrew = false;
-        const scheduled = await until(
+        const scheduled = await waitFor(
           '3 pods running on new nodes',
+          p,
+          ca,
           async () => {
             const full = await client.get<MachineDeployment>(MachineDeploymentResource, `${p}-full`, NS);
             if ((full.spec?.replicas ?? 0) > 0) fullGrew = true;
@@ -218,13 +268,15 @@ describe('cluster-autoscaler e2e (real autoscaler, kube-scheduler, kwok)', funct
         });
         const before = (await machinesOf(`${p}-spare`)).map((m) => m.metadata.name ?? '');
         expect(before.length).to.be.greaterThanOrEqual(2);
-        await until(
+        await waitFor(
           'spare group down to the busy machine',
+          p,
+          ca,
           async () => {
             const ms = await machinesOf(`${p}-spare`);
             return ms.length === 1 ? ms : undefined;
           },
-          300_000,
+          180_000,
         );
         console.log(`      [${version}] scale-down of idle nodes: ${seconds(t0)}`);
         const left = await machinesOf(`${p}-spare`);
@@ -239,7 +291,7 @@ describe('cluster-autoscaler e2e (real autoscaler, kube-scheduler, kwok)', funct
         const t0 = Date.now();
         await env.createClass(
           `${p}-spare-v2`,
-          { bootDelay: '2s' },
+          { apiLatency: '200ms' },
           {
             nodeTemplate: nodeTemplate({
               capacity: { cpu: '4', memory: '8Gi', pods: '20' },
@@ -259,25 +311,27 @@ describe('cluster-autoscaler e2e (real autoscaler, kube-scheduler, kwok)', funct
           { spec: { replicas: 3 } },
           { type: 'merge', namespace: NS },
         );
-        await until(
+        await waitFor(
           '3 pods running and every machine from the new class',
+          p,
+          ca,
           async () => {
             const ps = await pods(`${p}-pods`);
             const ms = await machinesOf(`${p}-spare`);
             return (
               ps.filter(running).length === 3 &&
-              ms.length >= 3 &&
+              ms.length >= 2 &&
               ms.every(
                 (m) =>
                   m.spec?.class?.name === `${p}-spare-v2` && m.status?.currentStatus?.phase === 'Running',
               )
             );
           },
-          300_000,
+          180_000,
         );
         console.log(`      [${version}] scale-up during a rollout: ${seconds(t0)}`);
         const mcd = await client.get<MachineDeployment>(MachineDeploymentResource, `${p}-spare`, NS);
-        expect(mcd.spec?.replicas).to.be.greaterThanOrEqual(3);
+        expect(mcd.spec?.replicas, 'grown from 1 during the rollout').to.be.greaterThanOrEqual(2);
       });
     });
   }
