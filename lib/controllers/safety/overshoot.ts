@@ -73,6 +73,14 @@ function isFrozenSet(ms: CachedMachineSet): boolean {
   );
 }
 
+/** Both marks of a freeze are on the deployment: the label and the Frozen condition. */
+function isFullyFrozenDeployment(mcd: CachedMachineDeployment): boolean {
+  return (
+    mcd.metadata.labels?.[Label.Freeze] === LabelValue.True &&
+    findCondition(mcd.status?.conditions, MachineDeploymentConditionType.Frozen) !== undefined
+  );
+}
+
 function isFrozenDeployment(mcd: CachedMachineDeployment): boolean {
   return (
     mcd.metadata.labels?.[Label.Freeze] === LabelValue.True ||
@@ -212,16 +220,36 @@ export class OvershootSafetyController {
     );
     log.trace('overshoot check', { count, high, low });
     const labelled = ms.metadata.labels?.[Label.Freeze] === LabelValue.True;
-    if (!labelled && count >= high) {
-      const message = `The number of machines backing MachineSet ${ms.metadata.name ?? ''} is ${count} >= ${high}, its maximum scale-up limit`;
+    const conditioned =
+      findCondition(ms.status?.machineSetCondition, MachineSetConditionType.Frozen) !== undefined;
+    const name = ms.metadata.name ?? '';
+    if (count >= high && !(labelled && conditioned)) {
+      const message = `The number of machines backing MachineSet ${name} is ${count} >= ${high}, its maximum scale-up limit`;
       log.info('freezing MachineSet: too many machines', { count, high });
       await this.freezeSet(ms, ConditionReason.OverShootingReplicaCount, message);
-      if (mcd !== undefined)
-        await this.freezeDeployment(mcd, ConditionReason.OverShootingReplicaCount, message);
+    } else if (labelled && !conditioned && count > low) {
+      // An earlier freeze set the label but could not record the condition: complete it.
+      const message = `MachineSet ${name} was frozen for overshooting and has ${count} machines; it unfreezes at ${low}`;
+      log.info('completing the freeze of a MachineSet (condition missing)', { count, low });
+      await this.freezeSet(ms, ConditionReason.OverShootingReplicaCount, message);
     } else if (count <= low && isFrozenSet(ms)) {
       log.info('unfreezing MachineSet: machine count back under the limit', { count, low });
       await this.unfreezeSet(ms);
       if (mcd !== undefined) this.enqueueDeployment(objectKey(mcd));
+      return;
+    } else if (!labelled) {
+      return;
+    }
+    // The set is frozen now; so is its deployment (also after an earlier pass failed half-way).
+    if (mcd !== undefined && !isFullyFrozenDeployment(mcd)) {
+      const reason =
+        findCondition(ms.status?.machineSetCondition, MachineSetConditionType.Frozen)?.reason ??
+        ConditionReason.OverShootingReplicaCount;
+      await this.freezeDeployment(
+        mcd,
+        reason,
+        `MachineSet ${name} is frozen: ${count} machines, maximum scale-up limit ${high}`,
+      );
     }
   }
 
@@ -241,10 +269,7 @@ export class OvershootSafetyController {
     }
     const anySetFrozen = sets.some(isFrozenSet);
     const frozen = isFrozenDeployment(mcd);
-    const consistent =
-      mcd.metadata.labels?.[Label.Freeze] === LabelValue.True &&
-      findCondition(mcd.status?.conditions, MachineDeploymentConditionType.Frozen) !== undefined;
-    if (anySetFrozen && !consistent) {
+    if (anySetFrozen && !isFullyFrozenDeployment(mcd)) {
       await this.freezeDeployment(
         mcd,
         ConditionReason.MachineDeploymentStateSync,
@@ -261,30 +286,34 @@ export class OvershootSafetyController {
     }
   }
 
-  private async patchMeta(
+  /**
+   * Merge-patches labels/annotations; with `conditional`, only if the object is still at the
+   * resourceVersion the decision was made on. Returns the updated object (undefined when gone).
+   */
+  private async patchMeta<T extends MachineSet | MachineDeployment>(
     res: ResourceType,
-    obj: CachedMachineSet | CachedMachineDeployment,
+    obj: DeepReadonly<T> | T,
     meta: { labels?: Record<string, string | null>; annotations?: Record<string, string | null> },
-  ): Promise<void> {
+    conditional = false,
+  ): Promise<T | undefined> {
+    const metadata = conditional ? { ...meta, resourceVersion: obj.metadata.resourceVersion } : meta;
     try {
-      await this.ctx.client.patch(
+      return await this.ctx.client.patch<T>(
         res,
         obj.metadata.name ?? '',
-        { metadata: meta },
-        {
-          type: 'merge',
-          namespace: obj.metadata.namespace ?? '',
-        },
+        { metadata },
+        { type: 'merge', namespace: obj.metadata.namespace ?? '' },
       );
     } catch (err) {
       if (!isNotFound(err)) throw err;
+      return undefined;
     }
   }
 
   /** Writes a condition list through the status subresource, conditional on resourceVersion. */
   private async patchConditions(
     res: ResourceType,
-    obj: CachedMachineSet | CachedMachineDeployment,
+    obj: CachedMachineSet | CachedMachineDeployment | MachineSet | MachineDeployment,
     status: Record<string, unknown>,
   ): Promise<void> {
     try {
@@ -299,20 +328,38 @@ export class OvershootSafetyController {
     }
   }
 
+  /**
+   * A freeze takes two writes (labels live in metadata, conditions in the status subresource, and
+   * neither write can carry the other). The label goes first, conditional on the resourceVersion
+   * the count was taken at: it is what stops creation, so a failure of the second write leaves the
+   * set frozen, and the next pass sees the label without the condition and completes the freeze.
+   */
   private async freezeSet(ms: CachedMachineSet, reason: string, message: string): Promise<void> {
-    const conds = setCondition(
-      ms.status?.machineSetCondition,
-      { type: MachineSetConditionType.Frozen, status: 'True', reason, message },
-      this.ctx.clock.now(),
-    );
-    await this.patchConditions(MachineSetResource, ms, { machineSetCondition: conds });
-    await this.patchMeta(MachineSetResource, ms, { labels: { [Label.Freeze]: LabelValue.True } });
-    this.recorder.event(
-      ms,
-      'Normal',
-      EventReason.FrozeMachineSet,
-      `SafetyController: froze MachineSet ${ms.metadata.name ?? ''}: ${message}`,
-    );
+    let current: CachedMachineSet | MachineSet = ms;
+    if (ms.metadata.labels?.[Label.Freeze] !== LabelValue.True) {
+      const labelled = await this.patchMeta<MachineSet>(
+        MachineSetResource,
+        ms,
+        { labels: { [Label.Freeze]: LabelValue.True } },
+        true,
+      );
+      if (labelled === undefined) return;
+      current = labelled;
+      this.recorder.event(
+        ms,
+        'Normal',
+        EventReason.FrozeMachineSet,
+        `SafetyController: froze MachineSet ${ms.metadata.name ?? ''}: ${message}`,
+      );
+    }
+    if (findCondition(current.status?.machineSetCondition, MachineSetConditionType.Frozen) === undefined) {
+      const conds = setCondition(
+        current.status?.machineSetCondition,
+        { type: MachineSetConditionType.Frozen, status: 'True', reason, message },
+        this.ctx.clock.now(),
+      );
+      await this.patchConditions(MachineSetResource, current, { machineSetCondition: conds });
+    }
   }
 
   private async unfreezeSet(ms: CachedMachineSet): Promise<void> {
@@ -334,19 +381,32 @@ export class OvershootSafetyController {
     );
   }
 
+  /** Label first, then condition, as for a set (see freezeSet). */
   private async freezeDeployment(
     mcd: CachedMachineDeployment,
     reason: string,
     message: string,
   ): Promise<void> {
-    const conds = setCondition(
-      mcd.status?.conditions,
-      { type: MachineDeploymentConditionType.Frozen, status: 'True', reason, message },
-      this.ctx.clock.now(),
-      { withUpdateTime: true },
-    );
-    await this.patchConditions(MachineDeploymentResource, mcd, { conditions: conds });
-    await this.patchMeta(MachineDeploymentResource, mcd, { labels: { [Label.Freeze]: LabelValue.True } });
+    let current: CachedMachineDeployment | MachineDeployment = mcd;
+    if (mcd.metadata.labels?.[Label.Freeze] !== LabelValue.True) {
+      const labelled = await this.patchMeta<MachineDeployment>(
+        MachineDeploymentResource,
+        mcd,
+        { labels: { [Label.Freeze]: LabelValue.True } },
+        true,
+      );
+      if (labelled === undefined) return;
+      current = labelled;
+    }
+    if (findCondition(current.status?.conditions, MachineDeploymentConditionType.Frozen) === undefined) {
+      const conds = setCondition(
+        current.status?.conditions,
+        { type: MachineDeploymentConditionType.Frozen, status: 'True', reason, message },
+        this.ctx.clock.now(),
+        { withUpdateTime: true },
+      );
+      await this.patchConditions(MachineDeploymentResource, current, { conditions: conds });
+    }
   }
 
   private async unfreezeDeployment(mcd: CachedMachineDeployment, reason: string): Promise<void> {
