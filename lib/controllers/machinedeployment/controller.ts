@@ -221,7 +221,9 @@ export class MachineDeploymentController {
       await this.terminate(pass);
       return {};
     }
-    return { requeueAfter: await this.sync(pass) };
+    const requeueAfter = await this.sync(pass);
+    pass.throwDeferred();
+    return { requeueAfter };
   }
 
   private deps(): PassDeps {

@@ -14,7 +14,7 @@ import {
 } from '../../api/constants.js';
 import type { Node, Taint } from '../../kube/types.js';
 import type { Machine, MachineSet } from '../../api/types.js';
-import { isConflict, isNotFound } from '../../kube/errors.js';
+import { isNotFound } from '../../kube/errors.js';
 import { clone, type DeepReadonly } from '../../kube/informer.js';
 import { CoreResources } from '../../kube/resources.js';
 import type { DeploymentPass } from './sync.js';
@@ -101,8 +101,9 @@ function nodesOf(
 }
 
 /**
- * Merge-patches a node; a failure is logged and reported as false (node bookkeeping must not stop
- * a rollout; the next pass tries again).
+ * Merge-patches a node. A failure does not stop the rollout (node bookkeeping must not hold
+ * machines back): it is reported as false and deferred to the end of the pass, which then fails
+ * so that the work queue retries with backoff.
  */
 async function patchNode(
   pass: DeploymentPass,
@@ -117,8 +118,7 @@ async function patchNode(
     return true;
   } catch (err) {
     if (isNotFound(err)) return true;
-    const level = isConflict(err) ? 'verbose' : 'warn';
-    pass.log[level](`could not ${what} on node`, { node: node.metadata.name, err });
+    pass.deferFailure(err, `could not ${what} on node ${node.metadata.name ?? ''}`);
     return false;
   }
 }

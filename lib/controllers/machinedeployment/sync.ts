@@ -26,9 +26,9 @@ import {
 import { resolveFenceposts } from '../../api/intstr.js';
 import type { KubeApi } from '../../kube/client.js';
 import type { Clock } from '../../kube/clock.js';
-import { isAlreadyExists, isNotFound } from '../../kube/errors.js';
+import { errorMessage, isAlreadyExists, isConflict, isNotFound } from '../../kube/errors.js';
 import type { EventRecorder, EventType } from '../../kube/events.js';
-import { CONTROLLER_UID_INDEX, clone, type DeepReadonly } from '../../kube/informer.js';
+import { CONTROLLER_UID_INDEX, clone, objectKey, type DeepReadonly } from '../../kube/informer.js';
 import type { Logger } from '../../observability/logger.js';
 import { findCondition, setCondition } from '../conditions.js';
 import type { ControllerSettings, SharedInformers } from '../context.js';
@@ -561,6 +561,7 @@ export class MachineSetCollisionError extends Error {
 export class DeploymentPass {
   readonly bounds: RolloutBounds;
   status: MachineDeploymentStatus;
+  private readonly deferred: { err: unknown; context: string }[] = [];
 
   constructor(
     readonly deps: PassDeps,
@@ -582,6 +583,25 @@ export class DeploymentPass {
 
   event(type: EventType, reason: string, message: string): void {
     this.deps.recorder.event(this.mcd, type, reason, message);
+  }
+
+  /** A failure that must not stop the pass but must fail it at the end (see throwDeferred). */
+  deferFailure(err: unknown, context: string): void {
+    this.deferred.push({ err, context });
+  }
+
+  /**
+   * Fails the pass with the failures deferred during it, so that the key is retried with backoff:
+   * conflicts alone are rethrown as the conflict (a plain requeue), anything else as one error
+   * naming each failure, with the first real failure as its cause.
+   */
+  throwDeferred(): void {
+    if (this.deferred.length === 0) return;
+    const first = this.deferred.find((d) => !isConflict(d.err)) ?? this.deferred[0];
+    if (first === undefined) return;
+    if (isConflict(first.err)) throw first.err;
+    const details = this.deferred.map((d) => `${d.context}: ${errorMessage(d.err)}`).join('; ');
+    throw new Error(`MachineDeployment ${objectKey(this.mcd)}: ${details}`, { cause: first.err });
   }
 
   machinesOf(ms: AnySet): readonly DeepReadonly<Machine>[] {
