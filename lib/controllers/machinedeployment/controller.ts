@@ -1,4 +1,5 @@
 import {
+  Annotation,
   EventReason,
   EventSource,
   Finalizer,
@@ -23,7 +24,7 @@ import { isEmptySelector } from '../../kube/labels.js';
 import type { Logger } from '../../observability/logger.js';
 import { findCondition, removeCondition, setCondition } from '../conditions.js';
 import type { ControllerContext } from '../context.js';
-import { controllerRefOf } from '../machines.js';
+import { controllerRefOf, isAvailable, isFailed, isTerminating } from '../machines.js';
 import { addFinalizer, cachedController, removeFinalizer, selectingOwners } from '../ownership.js';
 import { stableStringify } from './hash.js';
 import { processTriggerDeletion, propagateScalerTime } from './autoscaler.js';
@@ -50,6 +51,34 @@ const MARK_SETTLE_MS = 1000;
 type CachedDeployment = DeepReadonly<MachineDeployment>;
 type CachedMachineSet = DeepReadonly<MachineSet>;
 type CachedMachine = DeepReadonly<Machine>;
+
+/**
+ * What a MachineDeployment pass reads from one machine: its set (controller reference), whether it
+ * is going, available or failed (set sizes, rollout steps, the autoscaler protocol), its node
+ * (taints and scale-down protection), its preservation (scale-down protection stays) and the
+ * autoscaler's deletion marks (the pass waits for the cache to show them).
+ */
+function deploymentView(m: CachedMachine): string {
+  const annotations = m.metadata.annotations ?? {};
+  return JSON.stringify([
+    controllerRefOf(m)?.uid,
+    isTerminating(m),
+    isAvailable(m),
+    isFailed(m),
+    m.metadata.labels?.[Label.Node],
+    m.status?.currentStatus?.preserveExpiryTime,
+    annotations[Annotation.MachinePriority],
+    annotations[Annotation.MarkedForDeletionTime],
+  ]);
+}
+
+/**
+ * Whether a machine update can change a MachineDeployment's decision; most updates (heartbeats of
+ * lastOperation, conditions, node sync) cannot and do not enqueue it.
+ */
+export function machineUpdateMatters(old: CachedMachine, m: CachedMachine): boolean {
+  return deploymentView(old) !== deploymentView(m);
+}
 
 const IN_PLACE_UNSUPPORTED_MESSAGE =
   'The InPlaceUpdate strategy is not supported by this machine-controller-manager: the machine deployment is ' +
@@ -161,7 +190,9 @@ export class MachineDeploymentController {
         this.enqueueForMachine(m);
       },
       onUpdate: (old, m) => {
-        if (old.metadata.resourceVersion === m.metadata.resourceVersion) return;
+        if (!machineUpdateMatters(old, m)) return;
+        // A machine moved to another set: both deployments' counts change.
+        if (controllerRefOf(old)?.uid !== controllerRefOf(m)?.uid) this.enqueueForMachine(old);
         this.enqueueForMachine(m);
       },
       onDelete: (m) => {
