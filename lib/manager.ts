@@ -118,6 +118,7 @@ export class Manager {
       registry: this.registry,
       clock: this.clock,
       userAgent: deps.userAgent ?? 'machine-controller-manager-ts',
+      logger: this.log,
     };
     this.client = new KubeClient({ kubeConfig: control, ...clientOpts });
     const targetConfig =
