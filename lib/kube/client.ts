@@ -17,6 +17,7 @@ import {
   errorFromResponse,
 } from './errors.js';
 import { ClientCredentials } from './credentials.js';
+import { OutageLog } from './outage.js';
 import { TokenBucket } from './ratelimit.js';
 import { CoreResources, resourceLabel, resourcePath, type ResourceType } from './resources.js';
 
@@ -283,6 +284,7 @@ export class KubeClient implements KubeApi {
   private readonly requestTimeoutMs: number;
   private readonly maxRetryAfter: number;
   private readonly credentials: ClientCredentials;
+  private readonly outage: OutageLog | undefined;
 
   constructor(private readonly opts: KubeClientOptions) {
     const cluster = opts.kubeConfig.getCurrentCluster();
@@ -295,6 +297,14 @@ export class KubeClient implements KubeApi {
     this.requestTimeoutMs = opts.requestTimeoutMs ?? 60_000;
     this.maxRetryAfter = opts.maxRetryAfter ?? 5;
     this.agent = new http.Agent({ keepAlive: true });
+    this.outage =
+      opts.logger === undefined
+        ? undefined
+        : new OutageLog({
+            what: 'API requests',
+            log: opts.logger.child({ server: this.server.origin }),
+            clock: this.clock,
+          });
     this.credentials = new ClientCredentials(opts.kubeConfig, {
       clock: this.clock,
       checkIntervalMs: opts.credentialCheckIntervalMs,
@@ -351,7 +361,7 @@ export class KubeClient implements KubeApi {
     }
     const url = this.buildUrl(spec.path, spec.query);
     const lib = url.protocol === 'https:' ? https : http;
-    return new Promise<http.IncomingMessage>((resolve, reject) => {
+    const response = new Promise<http.IncomingMessage>((resolve, reject) => {
       const req = lib.request(url, { method: spec.method, headers, agent, signal: spec.signal }, (res) => {
         // A watch may legitimately be quiet for minutes; its own idle watchdog takes over.
         if (streaming) req.setTimeout(0);
@@ -385,6 +395,24 @@ export class KubeClient implements KubeApi {
       if (payload !== undefined) req.write(payload);
       req.end();
     });
+    return this.observeOutcome(response, spec);
+  }
+
+  /** Feeds the outage log: a 5xx or no answer is a failure, any other answer a success. */
+  private async observeOutcome(
+    response: Promise<http.IncomingMessage>,
+    spec: RequestSpec,
+  ): Promise<http.IncomingMessage> {
+    try {
+      const res = await response;
+      const code = res.statusCode ?? 0;
+      if (code >= 500) this.outage?.failure(`${spec.method} ${spec.path}: HTTP ${code}`);
+      else this.outage?.success();
+      return res;
+    } catch (err) {
+      if (!(err instanceof AbortedError)) this.outage?.failure(err);
+      throw err;
+    }
   }
 
   private async roundTrip(spec: RequestSpec): Promise<RawResponse> {
