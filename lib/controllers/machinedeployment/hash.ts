@@ -4,9 +4,8 @@
 // "new" is decided by comparing templates, never by comparing hashes.
 
 import { Label } from '../../api/constants.js';
-import type { MachineTemplateSpec } from '../../api/types.js';
+import { MACHINE_CONFIGURATION_FIELDS, type MachineTemplateSpec } from '../../api/types.js';
 import type { DeepReadonly } from '../../kube/informer.js';
-import { MACHINE_CONFIGURATION_FIELDS } from '../machineset/propagate.js';
 
 type AnyTemplate = MachineTemplateSpec | DeepReadonly<MachineTemplateSpec>;
 

@@ -3,7 +3,7 @@
 import type { MachineSet } from '../../api/types.js';
 import { oldSetsActive, disableScaleDown } from './nodes.js';
 import { syncRolloutStatus } from './progress.js';
-import { finishRollout } from './rolling.js';
+import { finishRollout } from './complete.js';
 import type { DeploymentPass } from './sync.js';
 
 export interface RecreateStep {

@@ -4,8 +4,9 @@
 // what exists (the machine cache) and from what was asked (spec.replicas), whichever is worse.
 
 import type { MachineSet } from '../../api/types.js';
-import { releaseNodesAfterRollout, prepareNodesForRollout } from './nodes.js';
-import { calculateStatus, isComplete, syncRolloutStatus } from './progress.js';
+import { finishRollout } from './complete.js';
+import { prepareNodesForRollout } from './nodes.js';
+import { syncRolloutStatus } from './progress.js';
 import { compareStatesByAge, newSetReplicas, usable, type DeploymentPass, type SetState } from './sync.js';
 import { StrategyType } from '../../api/constants.js';
 
@@ -116,29 +117,4 @@ export async function rolloutRolling(pass: DeploymentPass): Promise<number | und
   }
 
   return finishRollout(pass, current(newSet), resolved.oldSets.map(current));
-}
-
-/**
- * The end of a rollout pass with nothing left to scale (RollingUpdate and Recreate): once the
- * rollout is complete, node protection is lifted and old sets beyond the history limit go; then
- * status is written. Returns when to check the progress deadline, if due.
- */
-export async function finishRollout(
-  pass: DeploymentPass,
-  newSet: MachineSet,
-  oldSets: readonly MachineSet[],
-): Promise<number | undefined> {
-  const status = calculateStatus({
-    mcd: pass.mcd,
-    sets: pass.sets,
-    newSet,
-    conditions: pass.status.conditions,
-    collisionCount: pass.status.collisionCount,
-    now: pass.now,
-  });
-  if (isComplete(pass.mcd, status)) {
-    await releaseNodesAfterRollout(pass, newSet);
-    await pass.cleanupOldMachineSets(oldSets);
-  }
-  return syncRolloutStatus(pass, newSet);
 }

@@ -13,6 +13,7 @@ import {
 } from '../../api/constants.js';
 import {
   API_VERSION,
+  MACHINE_CONFIGURATION_FIELDS,
   MachineDeploymentResource,
   MachineSetResource,
   type Machine,
@@ -34,7 +35,6 @@ import { findCondition, setCondition } from '../conditions.js';
 import type { ControllerSettings, SharedInformers } from '../context.js';
 import { controllerRefOf, isAvailable, isTerminating } from '../machines.js';
 import { claim, controllerReference } from '../ownership.js';
-import { MACHINE_CONFIGURATION_FIELDS } from '../machineset/propagate.js';
 import {
   machineSetName,
   semanticallyEqual,
