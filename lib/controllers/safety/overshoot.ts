@@ -30,9 +30,6 @@ import { cachedController } from '../ownership.js';
 type CachedMachineSet = DeepReadonly<MachineSet>;
 type CachedMachineDeployment = DeepReadonly<MachineDeployment>;
 
-const MS_PREFIX = 'machineset:';
-const MCD_PREFIX = 'machinedeployment:';
-
 export interface Thresholds {
   high: number;
   low: number;
@@ -98,7 +95,9 @@ function isFrozenDeployment(mcd: CachedMachineDeployment): boolean {
  * progress is not an overshoot), and a deployment is only unfrozen when none of its sets is frozen.
  */
 export class OvershootSafetyController {
-  readonly controller: Controller;
+  /** One queue per key kind: MachineSet keys here, MachineDeployment keys in `deployments`. */
+  readonly sets: Controller;
+  readonly deployments: Controller;
   private readonly recorder: EventRecorder;
   private periodic: TimerHandle | undefined;
 
@@ -107,15 +106,25 @@ export class OvershootSafetyController {
     workers = 2,
   ) {
     this.recorder = ctx.recorderFor(EventSource.MachineControllerManager);
-    this.controller = new Controller({
-      name: 'safety-overshoot',
-      workers,
-      reconciler: { reconcile: (key, rctx) => this.reconcile(key, rctx) },
-      clock: ctx.clock,
-      logger: ctx.logger,
-      registry: ctx.registry,
-      isRequeueError: isConflict,
-    });
+    const queue = (name: string, reconcile: (key: string, rctx: ReconcileContext) => Promise<void>) =>
+      new Controller({
+        name,
+        workers,
+        reconciler: {
+          reconcile: async (key, rctx): Promise<ReconcileResult> => {
+            await reconcile(key, rctx);
+            return {};
+          },
+        },
+        clock: ctx.clock,
+        logger: ctx.logger,
+        registry: ctx.registry,
+        isRequeueError: isConflict,
+      });
+    this.sets = queue('safety-overshoot-machineset', (key, rctx) => this.reconcileSet(key, rctx));
+    this.deployments = queue('safety-overshoot-machinedeployment', (key, rctx) =>
+      this.reconcileDeployment(key, rctx),
+    );
     const { machines, machineSets, machineDeployments } = ctx.informers;
     machines.addHandler({
       onAdd: (m) => {
@@ -155,11 +164,11 @@ export class OvershootSafetyController {
   }
 
   private enqueueSet(key: string): void {
-    this.controller.enqueue(MS_PREFIX + key);
+    this.sets.enqueue(key);
   }
 
   private enqueueDeployment(key: string): void {
-    this.controller.enqueue(MCD_PREFIX + key);
+    this.deployments.enqueue(key);
   }
 
   /** Every set and deployment, every --machine-safety-overshooting-period. */
@@ -172,19 +181,14 @@ export class OvershootSafetyController {
   }
 
   start(): void {
-    this.controller.start();
+    this.sets.start();
+    this.deployments.start();
     this.schedulePeriodic();
   }
 
   async stop(): Promise<void> {
     this.periodic?.cancel();
-    await this.controller.stop();
-  }
-
-  async reconcile(key: string, rctx: ReconcileContext): Promise<ReconcileResult> {
-    if (key.startsWith(MS_PREFIX)) await this.reconcileSet(key.slice(MS_PREFIX.length), rctx);
-    else if (key.startsWith(MCD_PREFIX)) await this.reconcileDeployment(key.slice(MCD_PREFIX.length), rctx);
-    return {};
+    await Promise.all([this.sets.stop(), this.deployments.stop()]);
   }
 
   /** The MachineDeployment controlling a set, if it is in the cache. */
@@ -201,7 +205,8 @@ export class OvershootSafetyController {
       .length;
   }
 
-  private async reconcileSet(key: string, { log }: ReconcileContext): Promise<void> {
+  /** Freezes or unfreezes one MachineSet (key namespace/name) and, with it, its deployment. */
+  async reconcileSet(key: string, { log }: ReconcileContext): Promise<void> {
     const ms = this.ctx.informers.machineSets.getByKey(key);
     if (ms === undefined) return;
     const mcd = this.deploymentOf(ms);
@@ -253,7 +258,8 @@ export class OvershootSafetyController {
     }
   }
 
-  private async reconcileDeployment(key: string, { log }: ReconcileContext): Promise<void> {
+  /** Keeps one MachineDeployment's freeze in step with its sets (key namespace/name). */
+  async reconcileDeployment(key: string, { log }: ReconcileContext): Promise<void> {
     const mcd = this.ctx.informers.machineDeployments.getByKey(key);
     if (mcd === undefined) return;
     const sets = this.ctx.informers.machineSets.byIndex(CONTROLLER_UID_INDEX, mcd.metadata.uid ?? '');

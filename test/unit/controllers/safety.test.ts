@@ -13,6 +13,7 @@ import { ConflictError, UnavailableError } from '../../../lib/kube/errors.js';
 import { nullLogger } from '../../../lib/observability/logger.js';
 import { NS, machine, machineDeployment, machineSet } from './builders.js';
 import { ControllerTestEnv } from './env.js';
+import { eventually } from '../helpers/eventually.js';
 
 const rctx = { log: nullLogger, signal: new AbortController().signal };
 
@@ -84,7 +85,7 @@ describe('OvershootSafetyController', () => {
     env.seed(MachineSetResource, ms);
     for (let i = 0; i < 5; i++) env.seed(MachineResource, machine(`m${i}`, { owner: ms }));
     await start();
-    await safety.reconcile(`machineset:${NS}/ms`, rctx);
+    await safety.reconcileSet(`${NS}/ms`, rctx);
     const gotMs = env.api.peek<MachineSet>(MachineSetResource, 'ms', NS);
     expect(gotMs?.metadata.labels?.freeze).to.equal('True');
     expect(gotMs?.status?.machineSetCondition?.[0]).to.deep.include({
@@ -115,7 +116,7 @@ describe('OvershootSafetyController', () => {
     );
     let failure: unknown;
     try {
-      await safety.reconcile(`machineset:${NS}/ms`, rctx);
+      await safety.reconcileSet(`${NS}/ms`, rctx);
     } catch (err) {
       failure = err;
     }
@@ -126,7 +127,7 @@ describe('OvershootSafetyController', () => {
 
     env.api.clearReactors();
     await env.settle();
-    await safety.reconcile(`machineset:${NS}/ms`, rctx);
+    await safety.reconcileSet(`${NS}/ms`, rctx);
     got = env.api.peek<MachineSet>(MachineSetResource, 'ms', NS);
     expect(got?.status?.machineSetCondition?.[0]).to.deep.include({ type: 'Frozen', status: 'True' });
     const gotMcd = env.api.peek<MachineDeployment>(MachineDeploymentResource, 'd', NS);
@@ -147,13 +148,13 @@ describe('OvershootSafetyController', () => {
         ? new UnavailableError('connection reset', 0, 'ServiceUnavailable')
         : undefined,
     );
-    await safety.reconcile(`machineset:${NS}/ms`, rctx).then(
+    await safety.reconcileSet(`${NS}/ms`, rctx).then(
       () => expect.fail('the deployment write failed, so the reconcile must fail'),
       () => undefined,
     );
     env.api.clearReactors();
     await env.settle();
-    await safety.reconcile(`machineset:${NS}/ms`, rctx);
+    await safety.reconcileSet(`${NS}/ms`, rctx);
     const gotMcd = env.api.peek<MachineDeployment>(MachineDeploymentResource, 'd', NS);
     expect(gotMcd?.metadata.labels?.freeze).to.equal('True');
     expect(gotMcd?.status?.conditions?.[0]).to.deep.include({
@@ -172,7 +173,7 @@ describe('OvershootSafetyController', () => {
     env.api.clearActions();
     let failure: unknown;
     try {
-      await safety.reconcile(`machineset:${NS}/ms`, rctx);
+      await safety.reconcileSet(`${NS}/ms`, rctx);
     } catch (err) {
       failure = err;
     }
@@ -190,7 +191,7 @@ describe('OvershootSafetyController', () => {
     for (let i = 0; i < 3; i++) env.seed(MachineResource, machine(`m${i}`, { owner: ms }));
     for (let i = 0; i < 5; i++) env.seed(MachineResource, machine(`t${i}`, { owner: ms, deleting: true }));
     await start();
-    await safety.reconcile(`machineset:${NS}/ms`, rctx);
+    await safety.reconcileSet(`${NS}/ms`, rctx);
     expect(env.api.writes()).to.deep.equal([]);
   });
 
@@ -206,13 +207,13 @@ describe('OvershootSafetyController', () => {
     env.seed(MachineSetResource, ms);
     for (let i = 0; i < 4; i++) env.seed(MachineResource, machine(`m${i}`, { owner: ms })); // low = 4
     await start();
-    await safety.reconcile(`machineset:${NS}/ms`, rctx);
+    await safety.reconcileSet(`${NS}/ms`, rctx);
     const gotMs = env.api.peek<MachineSet>(MachineSetResource, 'ms', NS);
     expect(gotMs?.metadata.labels?.freeze).to.equal(undefined);
     expect(gotMs?.status?.machineSetCondition).to.equal(undefined);
     expect(env.recorder.reasons()).to.deep.equal(['UnfrozeMachineSet']);
     await env.settle();
-    await safety.reconcile(`machinedeployment:${NS}/d`, rctx);
+    await safety.reconcileDeployment(`${NS}/d`, rctx);
     const gotMcd = env.api.peek<MachineDeployment>(MachineDeploymentResource, 'd', NS);
     expect(gotMcd?.metadata.labels?.freeze).to.equal(undefined);
     expect(gotMcd?.status?.conditions).to.equal(undefined);
@@ -227,7 +228,7 @@ describe('OvershootSafetyController', () => {
     env.seed(MachineDeploymentResource, mcd);
     env.seed(MachineSetResource, frozen, fine);
     await start();
-    await safety.reconcile(`machinedeployment:${NS}/d`, rctx);
+    await safety.reconcileDeployment(`${NS}/d`, rctx);
     expect(env.api.writes()).to.deep.equal([]);
   });
 
@@ -237,7 +238,7 @@ describe('OvershootSafetyController', () => {
     env.seed(MachineDeploymentResource, mcd);
     env.seed(MachineSetResource, frozen);
     await start();
-    await safety.reconcile(`machinedeployment:${NS}/d`, rctx);
+    await safety.reconcileDeployment(`${NS}/d`, rctx);
     const gotMcd = env.api.peek<MachineDeployment>(MachineDeploymentResource, 'd', NS);
     expect(gotMcd?.metadata.labels?.freeze).to.equal('True');
     expect(gotMcd?.status?.conditions?.[0]).to.deep.include({
@@ -254,7 +255,7 @@ describe('OvershootSafetyController', () => {
     env.seed(MachineDeploymentResource, mcd);
     env.seed(MachineSetResource, ms);
     await start();
-    await safety.reconcile(`machinedeployment:${NS}/d`, rctx);
+    await safety.reconcileDeployment(`${NS}/d`, rctx);
     const gotMcd = env.api.peek<MachineDeployment>(MachineDeploymentResource, 'd', NS);
     expect(gotMcd?.metadata.labels?.freeze).to.equal(undefined);
     expect(gotMcd?.metadata.annotations?.['safety.machine.sapcloud.io/unfreeze']).to.equal(undefined);
@@ -264,7 +265,7 @@ describe('OvershootSafetyController', () => {
       ],
     ).to.equal('True');
     await env.settle();
-    await safety.reconcile(`machineset:${NS}/ms`, rctx);
+    await safety.reconcileSet(`${NS}/ms`, rctx);
     const gotMs = env.api.peek<MachineSet>(MachineSetResource, 'ms', NS);
     expect(gotMs?.metadata.labels?.freeze).to.equal(undefined);
     expect(gotMs?.metadata.annotations?.['safety.machine.sapcloud.io/unfreeze']).to.equal(undefined);
@@ -275,13 +276,22 @@ describe('OvershootSafetyController', () => {
     env.seed(MachineSetResource, ms);
     env.seed(MachineResource, machine('a', { owner: ms }), machine('b', { owner: ms }));
     await start();
+    // Take the keys the initial list queued, so that only the periodic check can find the set.
+    for (const c of [safety.sets, safety.deployments]) {
+      while (c.queue.len() > 0) {
+        const next = await c.queue.get();
+        if (!next.shutdown) c.queue.done(next.item);
+      }
+    }
     safety.start();
     try {
-      await env.clock.advance(60_000);
+      await env.clock.advance(59_000);
       await env.settle();
-      await new Promise((r) => setTimeout(r, 20));
-      expect(env.api.peek<MachineSet>(MachineSetResource, 'ms', NS)?.metadata.labels?.freeze).to.equal(
-        'True',
+      expect(env.api.writes(), 'nothing before the period is over').to.deep.equal([]);
+      await env.clock.advance(1_000);
+      await eventually(
+        () => env.api.peek<MachineSet>(MachineSetResource, 'ms', NS)?.metadata.labels?.freeze === 'True',
+        'the periodic check froze the set',
       );
     } finally {
       await safety.stop();
