@@ -302,7 +302,7 @@ export class KubeClient implements KubeApi {
         ? undefined
         : new OutageLog({
             what: 'API requests',
-            log: opts.logger.child({ server: this.server.origin }),
+            log: opts.logger.child({ server: this.server.origin, userAgent: this.userAgent }),
             clock: this.clock,
           });
     this.credentials = new ClientCredentials(opts.kubeConfig, {

@@ -8,8 +8,10 @@ import { until } from './env/until.js';
 
 /** Which informer or client a line is about. */
 function source(l: CapturedLine): string {
-  const { informer, server } = l.fields;
-  return typeof informer === 'string' ? `informer ${informer}` : `client ${String(server)}`;
+  const { informer, server, userAgent } = l.fields;
+  return typeof informer === 'string'
+    ? `informer ${informer}`
+    : `client ${String(userAgent)} ${String(server)}`;
 }
 
 describe('manager: a kube-apiserver outage in the log', function () {
