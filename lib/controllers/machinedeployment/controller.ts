@@ -17,6 +17,7 @@ import {
 } from '../../api/types.js';
 import { formatValidationErrors, validateMachineDeployment } from '../../api/validation.js';
 import { Controller, type ReconcileContext, type ReconcileResult } from '../../kube/controller.js';
+import { jsonEqual } from '../../kube/equal.js';
 import { isConflict, isNotFound } from '../../kube/errors.js';
 import type { EventRecorder } from '../../kube/events.js';
 import { clone, objectKey, type DeepReadonly } from '../../kube/informer.js';
@@ -26,7 +27,6 @@ import { findCondition, removeCondition, setCondition } from '../conditions.js';
 import type { ControllerContext } from '../context.js';
 import { controllerRefOf, isAvailable, isFailed, isTerminating } from '../machines.js';
 import { addFinalizer, cachedController, removeFinalizer, selectingOwners } from '../ownership.js';
-import { stableStringify } from './hash.js';
 import { processTriggerDeletion, propagateScalerTime } from './autoscaler.js';
 import { ExtraProgressingReason, INVALID_SPEC_REASON, syncStatus, withPauseCondition } from './progress.js';
 import { rolloutRecreate } from './recreate.js';
@@ -350,7 +350,7 @@ export class MachineDeploymentController {
       this.ctx.clock.now(),
       { withUpdateTime: true },
     );
-    if (stableStringify(conditions) === stableStringify(mcd.status?.conditions ?? [])) return;
+    if (jsonEqual(conditions, mcd.status?.conditions ?? [])) return;
     await this.ctx.client.updateStatus(MachineDeploymentResource, {
       ...deploymentTypeMeta(mcd),
       status: { ...(mcd.status ?? {}), conditions },

@@ -26,6 +26,7 @@ import {
 } from '../../api/types.js';
 import { resolveFenceposts } from '../../api/intstr.js';
 import type { KubeApi } from '../../kube/client.js';
+import { jsonEqual, withoutGoZeroValues } from '../../kube/equal.js';
 import type { Clock } from '../../kube/clock.js';
 import { errorMessage, isAlreadyExists, isConflict, isNotFound } from '../../kube/errors.js';
 import type { EventRecorder, EventType } from '../../kube/events.js';
@@ -35,13 +36,7 @@ import { findCondition, setCondition } from '../conditions.js';
 import type { ControllerSettings, SharedInformers } from '../context.js';
 import { controllerRefOf, isAvailable, isTerminating } from '../machines.js';
 import { claim, controllerReference } from '../ownership.js';
-import {
-  machineSetName,
-  semanticallyEqual,
-  stableStringify,
-  templateHash,
-  templatesEqualIgnoringHash,
-} from './hash.js';
+import { machineSetName, templateHash, templatesEqualIgnoringHash } from './hash.js';
 
 type AnySet = MachineSet | DeepReadonly<MachineSet>;
 type AnyDeployment = MachineDeployment | DeepReadonly<MachineDeployment>;
@@ -437,7 +432,7 @@ export function planNewMachineSetSync(
   const spec = (next.spec ??= {});
   const want = mcd.spec?.template.spec ?? {};
   const tmplSpec = ((spec.template ??= {}).spec ??= {});
-  if (!semanticallyEqual(want.nodeTemplate, tmplSpec.nodeTemplate)) {
+  if (!jsonEqual(withoutGoZeroValues(want.nodeTemplate), withoutGoZeroValues(tmplSpec.nodeTemplate))) {
     if (want.nodeTemplate === undefined) delete tmplSpec.nodeTemplate;
     else tmplSpec.nodeTemplate = clone<NodeTemplateSpec>(want.nodeTemplate);
   }
@@ -454,7 +449,7 @@ export function planNewMachineSetSync(
   if (mcd.spec?.autoPreserveFailedMachineMax === undefined) delete spec.autoPreserveFailedMachineMax;
   else spec.autoPreserveFailedMachineMax = mcd.spec.autoPreserveFailedMachineMax;
 
-  return { changed: stableStringify(next) !== stableStringify(ms), next };
+  return { changed: !jsonEqual(next, ms), next };
 }
 
 /** The MachineSet that runs the deployment's current template. */
@@ -661,7 +656,7 @@ export class DeploymentPass {
     if (scalerTime !== undefined)
       annotations[Annotation.LastDeploymentReplicaChangeByScalerTime] = scalerTime;
     next.metadata.annotations = annotations;
-    if (stableStringify(next) === stableStringify(ms)) return { scaled: false, ms };
+    if (jsonEqual(next, ms)) return { scaled: false, ms };
     const updated = await this.updateMachineSet(next);
     if (from !== replicas) {
       const direction = replicas > from ? 'up' : 'down';
@@ -700,7 +695,7 @@ export class DeploymentPass {
   /** Writes `status` when it differs from what the deployment has (conditional on resourceVersion). */
   async writeStatus(status: MachineDeploymentStatus): Promise<void> {
     this.status = status;
-    if (stableStringify(this.mcd.status ?? {}) === stableStringify(status)) return;
+    if (jsonEqual(this.mcd.status ?? {}, status)) return;
     this.mcd = await this.deps.client.updateStatus<MachineDeployment>(MachineDeploymentResource, {
       ...deploymentTypeMeta(this.mcd),
       status,
