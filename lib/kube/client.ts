@@ -7,7 +7,7 @@ import { Counter, Histogram, type Registry } from 'prom-client';
 
 import type { Logger } from '../observability/logger.js';
 import type { KubeList, KubeObject, Scale } from './types.js';
-import { RealClock, type Clock } from './clock.js';
+import { RealClock, type Clock, type TimerHandle } from './clock.js';
 import {
   AbortedError,
   KubeApiError,
@@ -719,20 +719,20 @@ export class KubeClient implements KubeApi {
       );
     }
 
-    let idleTimer: ReturnType<typeof setTimeout> | undefined;
+    let idleTimer: TimerHandle | undefined;
     const channel = new AsyncChannel<WatchEvent<T>>(() => {
       cleanup();
       response.destroy();
     });
     const cleanup = (): void => {
-      if (idleTimer !== undefined) clearTimeout(idleTimer);
+      idleTimer?.cancel();
       idleTimer = undefined;
       opts.signal?.removeEventListener('abort', onOuterAbort);
     };
     const armIdle = (): void => {
       if (opts.idleTimeoutMs === undefined) return;
-      if (idleTimer !== undefined) clearTimeout(idleTimer);
-      idleTimer = setTimeout(() => {
+      idleTimer?.cancel();
+      idleTimer = this.clock.setTimeout(() => {
         cleanup();
         channel.fail(
           new WatchStalledError(

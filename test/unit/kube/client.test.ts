@@ -258,17 +258,25 @@ describe('KubeClient (against a stub HTTP server)', () => {
   });
 
   it('fails a watch that goes silent for longer than the idle timeout with WatchStalledError', async () => {
-    client = new KubeClient({ kubeConfig: kubeConfig(server.port) });
+    client = new KubeClient({ kubeConfig: kubeConfig(server.port), clock });
     server.handler = (_r, res) => {
       res.writeHead(200, { 'Content-Type': 'application/json' });
       res.write('{"type":"ADDED","object":{"metadata":{"name":"a"}}}\n');
       // then nothing, connection stays open
     };
-    const it = await client.watch<KubeObject>(CoreResources.nodes, { idleTimeoutMs: 100 });
+    const it = await client.watch<KubeObject>(CoreResources.nodes, { idleTimeoutMs: 60_000 });
     const first = await it.next();
     expect(first.done).to.equal(false);
-    const err = await it.next().catch((e: unknown) => e);
-    expect(err).to.be.instanceOf(WatchStalledError);
+    let outcome: unknown = 'pending';
+    const next = it.next().then(
+      () => 'an event',
+      (e: unknown) => e,
+    );
+    void next.then((o) => (outcome = o));
+    await clock.advance(59_999);
+    expect(outcome, 'still waiting just before the idle timeout').to.equal('pending');
+    await clock.advance(1);
+    expect(await next).to.be.instanceOf(WatchStalledError);
   });
 
   it('ends a watch quietly when its signal aborts', async () => {
