@@ -288,6 +288,29 @@ describe('MachineSetController.reconcile', () => {
     expect(env.recorder.reasons().filter((r) => r === 'SuccessfulDelete')).to.have.length(2);
   });
 
+  it('does not delete again while its own deletions are not yet in the cache', async () => {
+    const ms = machineSet('ms', 1);
+    ms.metadata.finalizers = ['machine.sapcloud.io/machine-controller-manager'];
+    await setup(ms, machine('a', { owner: ms }), machine('b', { owner: ms }), machine('c', { owner: ms }));
+    env.api.holdWatches(); // the cache lags behind the controller's writes
+    const tolerant = (): Promise<unknown> =>
+      controller.reconcile(`${NS}/ms`, ctxFor).catch((err: unknown) => {
+        if (!(err instanceof ConflictError)) throw err;
+      });
+    await tolerant();
+    const deletes = (): number => env.api.writes().filter((w) => w.verb === 'delete').length;
+    expect(deletes()).to.equal(2);
+    expect(controller.expectations.pending(`${NS}/ms`)).to.deep.equal({ adds: 0, deletes: 2 });
+    await tolerant();
+    await tolerant();
+    expect(deletes(), 'no second round on a stale cache').to.equal(2);
+    env.api.releaseWatches();
+    await env.settle();
+    expect(controller.expectations.satisfied(`${NS}/ms`)).to.equal(true);
+    await controller.reconcile(`${NS}/ms`, ctxFor);
+    expect(deletes()).to.equal(2);
+  });
+
   it('adopts matching orphans and releases machines it no longer selects', async () => {
     const ms = machineSet('ms', 2);
     const orphan = machine('orphan', { labels: { ...ms.spec?.template?.metadata?.labels } });
