@@ -1,32 +1,33 @@
 // The end of a rollout, shared by RollingUpdate and Recreate: once nothing is left to scale and the
 // rollout is complete, node protection is lifted and old sets beyond the history limit go.
 
-import type { MachineSet } from '../../api/types.js';
+import { cleanupOldMachineSets } from './cleanup.js';
 import { releaseNodesAfterRollout } from './nodes.js';
+import { splitSets, type DeploymentState, type PassContext, type StepResult } from './pass.js';
 import { calculateStatus, isComplete, syncRolloutStatus } from './progress.js';
-import type { DeploymentPass } from './sync.js';
 
 /**
  * The end of a rollout pass with nothing left to scale (RollingUpdate and Recreate): once the
  * rollout is complete, node protection is lifted and old sets beyond the history limit go; then
- * status is written. Returns when to check the progress deadline, if due.
+ * status is written, with a requeue when the progress deadline must be checked.
  */
 export async function finishRollout(
-  pass: DeploymentPass,
-  newSet: MachineSet,
-  oldSets: readonly MachineSet[],
-): Promise<number | undefined> {
+  ctx: PassContext,
+  initial: DeploymentState,
+  newSetUID: string | undefined,
+): Promise<StepResult> {
+  let state = initial;
   const status = calculateStatus({
-    mcd: pass.mcd,
-    sets: pass.sets,
-    newSet,
-    conditions: pass.status.conditions,
-    collisionCount: pass.status.collisionCount,
-    now: pass.now,
+    mcd: state.mcd,
+    sets: state.sets,
+    newSet: splitSets(state, newSetUID).newSet,
+    conditions: state.status.conditions,
+    collisionCount: state.status.collisionCount,
+    now: ctx.now,
   });
-  if (isComplete(pass.mcd, status)) {
-    await releaseNodesAfterRollout(pass, newSet);
-    await pass.cleanupOldMachineSets(oldSets);
+  if (isComplete(state.mcd, status)) {
+    state = await releaseNodesAfterRollout(ctx, state, newSetUID);
+    state = await cleanupOldMachineSets(ctx, state, splitSets(state, newSetUID).oldSets);
   }
-  return syncRolloutStatus(pass, newSet);
+  return syncRolloutStatus(ctx, state, newSetUID);
 }
