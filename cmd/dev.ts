@@ -8,25 +8,39 @@ import path from 'node:path';
 
 import { API_VERSION, MachineClassResource, MachineDeploymentResource } from '../lib/api/types.js';
 import type { MachineClass, MachineDeployment } from '../lib/api/types.js';
+import { GroupAnnotation } from '../lib/autoscaler/groups.js';
 import { defaultConfig } from '../lib/config.js';
 import { KubeClient } from '../lib/kube/client.js';
 import { isAlreadyExists } from '../lib/kube/errors.js';
 import { Manager } from '../lib/manager.js';
 import { createLogger } from '../lib/observability/logger.js';
 import { startControlPlane, type ControlPlane } from '../test/harness/controlplane.js';
-import { binaryPath, repoRoot } from '../test/harness/tools.js';
+import { startAutoscaler, type Autoscaler } from '../test/harness/autoscaler.js';
+import { freePort } from '../test/harness/process.js';
+import {
+  autoscalerUnavailableReason,
+  binaryPath,
+  newestAutoscalerVersion,
+  repoRoot,
+} from '../test/harness/tools.js';
 
 const NS = 'default';
 
 interface DevOptions {
   /** Manager log verbosity. */
   verbosity: number;
+  /** Start the real cluster-autoscaler against the manager's gRPC server. */
+  autoscaler: boolean;
 }
 
 function parse(argv: readonly string[]): DevOptions | 'help' {
-  const opts: DevOptions = { verbosity: 1 };
+  const opts: DevOptions = { verbosity: 1, autoscaler: true };
   for (const arg of argv) {
     if (arg === '--help' || arg === '-h') return 'help';
+    if (arg === '--no-autoscaler') {
+      opts.autoscaler = false;
+      continue;
+    }
     const v = /^--v=(\d+)$/.exec(arg);
     if (v?.[1] !== undefined) opts.verbosity = Number(v[1]);
     else throw new Error(`unknown argument ${arg} (try --help)`);
@@ -34,12 +48,14 @@ function parse(argv: readonly string[]): DevOptions | 'help' {
   return opts;
 }
 
-const HELP = `Usage: npm start [-- --v=N]
+const HELP = `Usage: npm start [-- --v=N] [-- --no-autoscaler]
 
 Starts a local control plane, the machine-controller-manager with the built-in virtual provider
-and a sample MachineDeployment, then waits; Ctrl-C stops everything.
+and its cluster-autoscaler gRPC server, the real cluster-autoscaler against it, and a sample
+autoscaled MachineDeployment, then waits; Ctrl-C stops everything.
 
-  --v=N   manager log verbosity (default 1: warnings and errors; 2 info, 4 debug)`;
+  --v=N            manager log verbosity (default 1: warnings and errors; 2 info, 4 debug)
+  --no-autoscaler  do not start the cluster-autoscaler`;
 
 function sampleClass(): MachineClass {
   return {
@@ -62,7 +78,11 @@ function sampleDeployment(): MachineDeployment {
   return {
     apiVersion: API_VERSION,
     kind: 'MachineDeployment',
-    metadata: { name: 'workers', namespace: NS },
+    metadata: {
+      name: 'workers',
+      namespace: NS,
+      annotations: { [GroupAnnotation.MinSize]: '1', [GroupAnnotation.MaxSize]: '6' },
+    },
     spec: {
       replicas: 2,
       selector: { matchLabels: labels },
@@ -116,6 +136,8 @@ async function main(): Promise<number> {
   const kubeconfig = path.join(devDir, 'kubeconfig');
   copyFileSync(cp.kubeconfigPath, kubeconfig);
   const logger = createLogger({ verbosity: opts.verbosity, format: 'text' });
+  // Plaintext on the loopback interface only: nothing but the local autoscaler can reach it.
+  const grpcPort = await freePort();
   const manager = new Manager(
     {
       ...defaultConfig,
@@ -124,15 +146,19 @@ async function main(): Promise<number> {
       leaderElect: false,
       address: '127.0.0.1',
       port: 0,
+      grpcAddress: `127.0.0.1:${grpcPort}`,
+      grpcInsecure: true,
     },
     { logger, controlKubeConfig: cp.kubeConfig },
   );
   const client = new KubeClient({ kubeConfig: cp.kubeConfig, userAgent: 'dev-mode' });
+  let autoscaler: Autoscaler | undefined;
   let stopping = false;
   const stop = async (code: number): Promise<void> => {
     if (stopping) return;
     stopping = true;
     say('\nStopping...');
+    await autoscaler?.stop().catch(() => undefined);
     await manager.stop().catch(() => undefined);
     client.close();
     await cp.stop();
@@ -144,6 +170,22 @@ async function main(): Promise<number> {
   try {
     await manager.start();
     await apply(client);
+    if (opts.autoscaler) {
+      const version = newestAutoscalerVersion();
+      const why = autoscalerUnavailableReason(version);
+      if (why === undefined) {
+        say(`Starting cluster-autoscaler ${version}...`);
+        autoscaler = await startAutoscaler({
+          version,
+          controlPlane: cp,
+          address: `127.0.0.1:${grpcPort}`,
+          verbosity: 2,
+          flags: { 'scale-down-unneeded-time': '30s', 'scale-down-delay-after-add': '30s' },
+        });
+      } else {
+        say(`Not starting the cluster-autoscaler: ${why}`);
+      }
+    }
   } catch (err) {
     say(`dev mode failed: ${err instanceof Error ? err.message : String(err)}`);
     await stop(1);
@@ -153,6 +195,7 @@ async function main(): Promise<number> {
   const seconds = ((Date.now() - started) / 1000).toFixed(1);
   say(`
 Ready in ${seconds}s. The manager runs with the virtual provider; metrics on http://127.0.0.1:${manager.port}/metrics
+${autoscaler === undefined ? 'No cluster-autoscaler runs (--no-autoscaler or not buildable here).' : `cluster-autoscaler ${autoscaler.version} scales "workers" (1..6 machines) through 127.0.0.1:${grpcPort}; its log: ${autoscaler.logFile}`}
 
   export KUBECONFIG=${kubeconfig}
   alias kubectl=${kubectl}
@@ -161,7 +204,8 @@ Try:
   kubectl get mcd,mcs,mc,nodes                 # the sample MachineDeployment "workers" (2 machines)
   kubectl scale mcd workers --replicas=5       # more machines, more Nodes
   kubectl delete mc <name>                     # a machine is drained, deleted and replaced
-  kubectl apply -f ${path.join(repoRoot, 'hack', 'dev', 'pending-pods.yaml')}
+  kubectl apply -f ${path.join(repoRoot, 'hack', 'dev', 'pending-pods.yaml')}   # pods that fit no node: the autoscaler adds machines
+  kubectl delete deployment needs-room          # idle nodes: the autoscaler removes them after ~30s
 
 Ctrl-C stops everything.`);
   return -1;

@@ -1,4 +1,5 @@
 import { parseGoDuration } from './api/duration.js';
+import { parseNodeGroupFlag, type NodeGroupFlag } from './autoscaler/groups.js';
 
 /**
  * Command-line configuration of the manager. Flag names and defaults follow gardener MCM's
@@ -63,6 +64,18 @@ export interface ManagerConfig {
   resourceExhaustedRetryMs: number;
   /** Addition: replacement budget per MachineDeployment, a count or a percentage. */
   maxUnhealthyReplacements: string;
+  // ---- cluster-autoscaler externalgrpc server (additions) ----
+  /** HOST:PORT of the gRPC server; '' = off. */
+  grpcAddress: string;
+  grpcTlsCertFile: string;
+  grpcTlsKeyFile: string;
+  grpcClientCaFile: string;
+  /** Plaintext gRPC; only when asked for explicitly. */
+  grpcInsecure: boolean;
+  /** --nodes entries (gardener's autoscaler form). */
+  nodeGroups: NodeGroupFlag[];
+  autoscalerGpuLabel: string;
+  autoscalerGpuTypes: string[];
 }
 
 export const defaultConfig: ManagerConfig = {
@@ -104,6 +117,14 @@ export const defaultConfig: ManagerConfig = {
   bootstrapTokenAuthExtraGroups: '',
   resourceExhaustedRetryMs: 10 * 60_000,
   maxUnhealthyReplacements: '1',
+  grpcAddress: '',
+  grpcTlsCertFile: '',
+  grpcTlsKeyFile: '',
+  grpcClientCaFile: '',
+  grpcInsecure: false,
+  nodeGroups: [],
+  autoscalerGpuLabel: '',
+  autoscalerGpuTypes: [],
 };
 
 export class ConfigError extends Error {
@@ -321,6 +342,46 @@ const flags: Record<string, { help: string; set: Setter; boolean?: true }> = {
       c.maxUnhealthyReplacements = v.trim();
     },
   },
+  'grpc-address': {
+    help: 'HOST:PORT of the cluster-autoscaler externalgrpc server (empty: no server); mutual TLS unless --grpc-insecure',
+    set: (c, v) => (c.grpcAddress = v.trim()),
+  },
+  'grpc-tls-cert-file': {
+    help: 'PEM certificate of the gRPC server (its SAN must match the host in the autoscaler cloud-config address)',
+    set: (c, v) => (c.grpcTlsCertFile = v),
+  },
+  'grpc-tls-key-file': { help: 'PEM private key of the gRPC server', set: (c, v) => (c.grpcTlsKeyFile = v) },
+  'grpc-client-ca-file': {
+    help: 'PEM CA bundle that signs the autoscaler client certificates (client certificates are required)',
+    set: (c, v) => (c.grpcClientCaFile = v),
+  },
+  'grpc-insecure': {
+    help: 'serve gRPC in plaintext without client authentication (local development only)',
+    set: (c, v, n) => (c.grpcInsecure = parseBool(n, v)),
+    boolean: true,
+  },
+  nodes: {
+    help: 'a node group, MIN:MAX:NAMESPACE.NAME of a MachineDeployment (repeatable); the annotations autoscaler.mcm-ts.io/min-size and max-size also make a deployment a group and override these limits',
+    set: (c, v, n) => {
+      try {
+        c.nodeGroups.push(parseNodeGroupFlag(v.trim()));
+      } catch (err) {
+        throw new ConfigError(`--${n}: ${err instanceof Error ? err.message : String(err)}`);
+      }
+    },
+  },
+  'autoscaler-gpu-label': {
+    help: 'node label the autoscaler treats as the GPU type label (GPULabel; empty: none)',
+    set: (c, v) => (c.autoscalerGpuLabel = v.trim()),
+  },
+  'autoscaler-gpu-types': {
+    help: 'GPU types reported by GetAvailableGPUTypes (comma-separated)',
+    set: (c, v) =>
+      (c.autoscalerGpuTypes = v
+        .split(',')
+        .map((x) => x.trim())
+        .filter((x) => x !== '')),
+  },
 };
 
 /** Flags accepted for compatibility with gardener MCM deployments; they have no effect here. */
@@ -344,7 +405,12 @@ export function usage(): string {
 
 /** Parses argv (without node and script) into a validated configuration. */
 export function parseArgs(argv: readonly string[]): ManagerConfig | 'help' {
-  const c: ManagerConfig = { ...defaultConfig, controllers: [...defaultConfig.controllers] };
+  const c: ManagerConfig = {
+    ...defaultConfig,
+    controllers: [...defaultConfig.controllers],
+    nodeGroups: [],
+    autoscalerGpuTypes: [],
+  };
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i] ?? '';
     if (arg === '--help' || arg === '-h') return 'help';
@@ -407,5 +473,57 @@ export function validate(c: ManagerConfig): void {
     throw new ConfigError(
       '--controllers: the node controller needs a target cluster (--target-kubeconfig is none)',
     );
+  }
+  validateGrpc(c);
+}
+
+const HOST_PORT = /^(\[[^\]]+\]|[^:[\]]+):(\d{1,5})$/;
+
+function validateGrpc(c: ManagerConfig): void {
+  if (c.grpcAddress === '') {
+    if (c.nodeGroups.length > 0)
+      throw new ConfigError('--nodes needs --grpc-address (the node groups are served over gRPC)');
+    return;
+  }
+  const m = HOST_PORT.exec(c.grpcAddress);
+  if (m === null || Number(m[2]) > 65535) {
+    throw new ConfigError(
+      `--grpc-address: expected HOST:PORT such as 0.0.0.0:8086 or [::1]:8086, got "${c.grpcAddress}"`,
+    );
+  }
+  const tls = {
+    'grpc-tls-cert-file': c.grpcTlsCertFile,
+    'grpc-tls-key-file': c.grpcTlsKeyFile,
+    'grpc-client-ca-file': c.grpcClientCaFile,
+  };
+  const given = Object.entries(tls).filter(([, v]) => v !== '');
+  if (c.grpcInsecure && given.length > 0) {
+    throw new ConfigError(
+      `--grpc-insecure contradicts ${given.map(([k]) => `--${k}`).join(', ')}: drop --grpc-insecure to serve mutual TLS`,
+    );
+  }
+  if (!c.grpcInsecure && given.length < 3) {
+    const missing = Object.entries(tls)
+      .filter(([, v]) => v === '')
+      .map(([k]) => `--${k}`);
+    throw new ConfigError(
+      `--grpc-address serves mutual TLS and needs ${missing.join(', ')} (or --grpc-insecure for plaintext in local development)`,
+    );
+  }
+  if (c.targetKubeconfig === 'none') {
+    throw new ConfigError(
+      '--grpc-address needs a target cluster: the autoscaler works on its Nodes (--target-kubeconfig is none)',
+    );
+  }
+  const seen = new Set<string>();
+  for (const g of c.nodeGroups) {
+    const id = `${g.namespace}/${g.name}`;
+    if (g.namespace !== c.namespace) {
+      throw new ConfigError(
+        `--nodes ${g.min}:${g.max}:${g.namespace}.${g.name}: namespace ${g.namespace} is not --namespace (${c.namespace})`,
+      );
+    }
+    if (seen.has(id)) throw new ConfigError(`--nodes: ${id} is given twice`);
+    seen.add(id);
   }
 }

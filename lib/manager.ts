@@ -3,6 +3,7 @@ import type { Registry } from 'prom-client';
 
 import { EventSource } from './api/constants.js';
 import { MachineDeploymentResource } from './api/types.js';
+import { AutoscalerServer } from './autoscaler/server.js';
 import type { ManagerConfig } from './config.js';
 import { SharedInformers, type ControllerContext } from './controllers/context.js';
 import { MachineController } from './controllers/machine/controller.js';
@@ -12,6 +13,7 @@ import { MachineDeploymentController } from './controllers/machinedeployment/con
 import { MachineSetController } from './controllers/machineset/controller.js';
 import { NodeController } from './controllers/node/controller.js';
 import { OvershootSafetyController } from './controllers/safety/overshoot.js';
+import { ProviderSafety } from './controllers/safety/provider.js';
 import { SecretController } from './controllers/secret/controller.js';
 import { ProviderRegistry } from './driver/registry.js';
 import { KubeClient, type KubeApi } from './kube/client.js';
@@ -38,6 +40,8 @@ export function defaultProviders(): ProviderRegistry {
  */
 const CLOUD_CLIENT_QPS = 1000;
 const CLOUD_CLIENT_BURST = 1000;
+/** The API-server probes send two requests every few seconds at most. */
+const PROBE_CLIENT_QPS = 5;
 
 export interface ManagerDeps {
   logger: Logger;
@@ -88,6 +92,8 @@ export class Manager {
   readonly target: KubeClient | undefined;
   private readonly cloudControl: KubeClient;
   private readonly cloudTarget: KubeClient | undefined;
+  private readonly probeControl: KubeClient;
+  private readonly probeTarget: KubeClient | undefined;
   private readonly clock: Clock;
   private readonly log: Logger;
   private readonly server: ObservabilityServer;
@@ -98,11 +104,16 @@ export class Manager {
   private controllers: Runnable[] = [];
   private electionAbort: AbortController | undefined;
   private election: Promise<void> | undefined;
+  private grpc: AutoscalerServer | undefined;
+  /** The provider-side safety of this replica (while it runs the controllers). */
+  private safety: ProviderSafety | undefined;
   private running = false;
   private synced = false;
   private stopping = false;
   private leading = false;
   port = 0;
+  /** Port of the externalgrpc server (0 when it is off). */
+  grpcPort = 0;
 
   constructor(
     readonly config: ManagerConfig,
@@ -145,6 +156,22 @@ export class Manager {
     };
     this.cloudControl = cloudClient(control, 'control');
     this.cloudTarget = targetConfig === undefined ? undefined : cloudClient(targetConfig, 'target');
+    // The API-server safety probes get small clients of their own: a probe queued behind the
+    // controllers' --kube-api-qps budget must not look like an unreachable API server.
+    const probeClient = (kubeConfig: KubeConfig, side: string): KubeClient => {
+      const c = new KubeClient({
+        kubeConfig,
+        qps: PROBE_CLIENT_QPS,
+        burst: PROBE_CLIENT_QPS,
+        clock: this.clock,
+        registry: this.registry,
+        userAgent: `${deps.userAgent ?? 'machine-controller-manager-ts'}/safety-probe-${side}`,
+      });
+      this.cloudClients.push(c);
+      return c;
+    };
+    this.probeControl = probeClient(control, 'control');
+    this.probeTarget = targetConfig === undefined ? undefined : probeClient(targetConfig, 'target');
     this.server = new ObservabilityServer(
       this.registry,
       {
@@ -192,6 +219,10 @@ export class Manager {
     // at once, and read-only servers can answer from them on every replica.
     await this.startInformers();
     if (this.stopping) return;
+    // The autoscaler server runs on every replica too: it reads the caches and its writes are
+    // conditional, so any replica behind the Service may answer.
+    await this.startGrpc();
+    if (this.isStopping()) return;
     if (!this.config.leaderElect) {
       this.runControllers();
       return;
@@ -228,6 +259,10 @@ export class Manager {
       },
     });
     this.election = elector.run(this.electionAbort.signal);
+  }
+
+  private isStopping(): boolean {
+    return this.stopping;
   }
 
   /** Whether this manager runs the controllers (always, without leader election). */
@@ -273,6 +308,35 @@ export class Manager {
     await informers.waitForSync();
     this.synced = true;
     this.log.info('caches synced', { namespace: this.config.namespace });
+  }
+
+  private async startGrpc(): Promise<void> {
+    const c = this.config;
+    if (c.grpcAddress === '' || this.informers === undefined) return;
+    this.grpc = new AutoscalerServer({
+      address: c.grpcAddress,
+      tls: c.grpcInsecure
+        ? undefined
+        : { certFile: c.grpcTlsCertFile, keyFile: c.grpcTlsKeyFile, clientCAFile: c.grpcClientCaFile },
+      groups: c.nodeGroups,
+      gpuLabel: c.autoscalerGpuLabel,
+      gpuTypes: c.autoscalerGpuTypes,
+      namespace: c.namespace,
+      client: this.client,
+      informers: this.informers,
+      clock: this.clock,
+      logger: this.log,
+      registry: this.registry,
+      unhealthy: () => {
+        if (!this.synced) return 'caches are not synced';
+        if (this.safety?.isFrozen() === true) {
+          return 'machine reconciliation is frozen: an API server has been unreachable longer than --machine-safety-apiserver-statuscheck-timeout';
+        }
+        return undefined;
+      },
+    });
+    await this.grpc.start();
+    this.grpcPort = this.grpc.port;
   }
 
   private machineSettings(): MachineControllerSettings {
@@ -330,13 +394,28 @@ export class Manager {
       this.controllers.push(new MachineDeploymentController(ctx, workers));
     if (enabled.has('safety')) this.controllers.push(new OvershootSafetyController(ctx));
     if (enabled.has('machine')) {
-      this.controllers.push(
-        new MachineController(ctx, {
-          settings: this.machineSettings(),
-          providers: this.providers,
-          workers: this.config.machineConcurrentSyncs,
-        }),
-      );
+      // The safety and the machine controller need each other: the freeze flag one way, the
+      // creations in flight and the re-enqueue after an unfreeze the other.
+      const late: { machines?: MachineController } = {};
+      const safety = new ProviderSafety(ctx, {
+        providers: this.providers,
+        orphanVmsPeriodMs: this.config.machineSafetyOrphanVmsPeriodMs,
+        statusCheckPeriodMs: this.config.machineSafetyApiserverStatuscheckPeriodMs,
+        statusCheckTimeoutMs: this.config.machineSafetyApiserverStatuscheckTimeoutMs,
+        creationTimeoutMs: this.config.machineCreationTimeoutMs,
+        probeClients: { control: this.probeControl, target: this.probeTarget },
+        creationInFlight: (key) => late.machines?.isCreating(key) ?? false,
+        onUnfreeze: () => late.machines?.enqueueAll(),
+      });
+      const machines = new MachineController(ctx, {
+        settings: this.machineSettings(),
+        providers: this.providers,
+        workers: this.config.machineConcurrentSyncs,
+        frozen: () => safety.isFrozen(),
+      });
+      late.machines = machines;
+      this.safety = safety;
+      this.controllers.push(machines, safety);
     }
     if (enabled.has('node') && this.target !== undefined) this.controllers.push(new NodeController(ctx));
     if (enabled.has('machineclass')) this.controllers.push(new MachineClassController(ctx));
@@ -349,6 +428,7 @@ export class Manager {
   private async stopControllers(): Promise<void> {
     const controllers = this.controllers;
     this.controllers = [];
+    this.safety = undefined;
     await Promise.all(controllers.map((c) => c.stop()));
     if (this.running) await this.providers.stop();
     this.running = false;
@@ -358,6 +438,7 @@ export class Manager {
     if (this.stopping) return;
     this.stopping = true;
     this.log.info('shutting down');
+    await this.grpc?.stop();
     await this.stopControllers();
     // Releases the Lease (releaseOnCancel) so a standby replica takes over at once.
     this.electionAbort?.abort();

@@ -186,6 +186,11 @@ export class SharedInformers {
     for (const i of this.all()) i.start();
   }
 
+  /** Every informer waiting out a backoff retries at once (after an API-server outage). */
+  retryNow(): void {
+    for (const i of this.all()) i.retryNow();
+  }
+
   async waitForSync(signal?: AbortSignal): Promise<void> {
     await Promise.all(this.all().map((i) => i.waitForSync(signal)));
   }

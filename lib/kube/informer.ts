@@ -273,6 +273,14 @@ export class Informer<T extends KubeObject> implements Lister<T> {
     if (period > 0) this.scheduleResync(period);
   }
 
+  /**
+   * Ends a backoff wait at once, so a failed list/watch is retried now (called when an outage is
+   * known to be over: waiting out a long backoff would leave the cache stale).
+   */
+  retryNow(): void {
+    this.sleepAbort?.abort();
+  }
+
   async stop(): Promise<void> {
     this.abort?.abort();
     this.sleepAbort?.abort();

@@ -12,6 +12,8 @@ export interface ToolVersions {
   KWOK_VERSION: string;
   HELM_VERSION: string;
   CLUSTER_AUTOSCALER_VERSION: string;
+  /** Comma-separated cluster-autoscaler versions built from the source tarballs. */
+  CLUSTER_AUTOSCALER_SOURCE_VERSIONS: string;
 }
 
 /** Reads hack/versions.env, the single list of pinned component versions. */
@@ -33,6 +35,7 @@ export function readToolVersions(): ToolVersions {
     KWOK_VERSION: get('KWOK_VERSION'),
     HELM_VERSION: get('HELM_VERSION'),
     CLUSTER_AUTOSCALER_VERSION: get('CLUSTER_AUTOSCALER_VERSION'),
+    CLUSTER_AUTOSCALER_SOURCE_VERSIONS: get('CLUSTER_AUTOSCALER_SOURCE_VERSIONS'),
   };
 }
 
@@ -78,4 +81,113 @@ export function binaryPath(bin: Binary): string {
     throw new Error(`${bin} is not built (expected ${p}); run \`npm run tools\` (hack/tools.sh) first`);
   }
   return p;
+}
+
+// --- cluster-autoscaler, one build per version -----------------------------------------------------
+
+/**
+ * Every cluster-autoscaler version hack/tools.sh builds, oldest first: the module-proxy release
+ * (CLUSTER_AUTOSCALER_VERSION) and the releases built from the source tarballs.
+ */
+export function autoscalerVersions(): string[] {
+  const v = readToolVersions();
+  const fromSources = v.CLUSTER_AUTOSCALER_SOURCE_VERSIONS.split(',')
+    .map((s) => s.trim())
+    .filter((s) => s !== '');
+  return [v.CLUSTER_AUTOSCALER_VERSION, ...fromSources];
+}
+
+/** The newest pinned cluster-autoscaler version (what dev mode runs). */
+export function newestAutoscalerVersion(): string {
+  const all = autoscalerVersions();
+  const newest = all[all.length - 1];
+  if (newest === undefined) throw new Error('hack/versions.env pins no cluster-autoscaler version');
+  return newest;
+}
+
+/** Same default as hack/tools.sh: ../shared/third_party/cluster-autoscaler beside the repository. */
+export function autoscalerSourcesDir(): string {
+  const env = process.env.MCM_CA_SOURCES_DIR;
+  if (env !== undefined && env !== '') return env;
+  return path.resolve(repoRoot, '..', 'shared', 'third_party', 'cluster-autoscaler');
+}
+
+function assertKnownAutoscalerVersion(version: string): void {
+  const all = autoscalerVersions();
+  if (!all.includes(version)) {
+    throw new Error(
+      `cluster-autoscaler ${version} is not pinned in hack/versions.env (pinned: ${all.join(', ')})`,
+    );
+  }
+}
+
+/** The hack/tools.sh component that builds a version, e.g. `cluster-autoscaler-1.36`. */
+export function autoscalerComponent(version: string): string {
+  return `cluster-autoscaler-${version.split('.').slice(0, 2).join('.')}`;
+}
+
+/** Directory of one cluster-autoscaler build (bin/cluster-autoscaler; proto/ for the proxy release). */
+export function autoscalerDir(version: string): string {
+  return path.join(toolsDir(), `cluster-autoscaler-${version}`);
+}
+
+function autoscalerBinaryLocation(version: string): string {
+  return path.join(autoscalerDir(version), 'bin', 'cluster-autoscaler');
+}
+
+/**
+ * Why a test that needs this cluster-autoscaler version cannot run here, or undefined when it can.
+ * The only accepted reason is the one hack/tools.sh itself skips for: the version is built from
+ * the source tarballs and their directory is absent (a bare clone without ../shared). A version
+ * that could be built but was not is not a reason to skip: autoscalerBinaryPath() then throws
+ * with the command to run, so the test fails.
+ */
+export function autoscalerUnavailableReason(version: string): string | undefined {
+  assertKnownAutoscalerVersion(version);
+  if (existsSync(autoscalerBinaryLocation(version))) return undefined;
+  if (version === readToolVersions().CLUSTER_AUTOSCALER_VERSION) return undefined;
+  const dir = autoscalerSourcesDir();
+  if (!existsSync(dir)) {
+    return (
+      `cluster-autoscaler ${version} is built from source tarballs, and ${dir} is absent ` +
+      '(a checkout without ../shared; set MCM_CA_SOURCES_DIR to build it)'
+    );
+  }
+  const tarball = `cluster-autoscaler-${version}-externalgrpc-minsrc.tar.gz`;
+  if (!existsSync(path.join(dir, tarball))) return `cluster-autoscaler ${version}: ${dir} has no ${tarball}`;
+  return undefined;
+}
+
+/** Absolute path of a cluster-autoscaler binary; throws with the command that builds it when it is missing. */
+export function autoscalerBinaryPath(version: string): string {
+  assertKnownAutoscalerVersion(version);
+  const p = autoscalerBinaryLocation(version);
+  if (!existsSync(p)) {
+    const reason = autoscalerUnavailableReason(version);
+    throw new Error(
+      reason ??
+        `cluster-autoscaler ${version} is not built (expected ${p}); run \`bash hack/tools.sh ${autoscalerComponent(version)}\``,
+    );
+  }
+  return p;
+}
+
+/**
+ * The cluster-autoscaler's own externalgrpc.proto (of the module-proxy release; the source
+ * tarballs carry no .proto files) with the Kubernetes .proto files it imports, as staged by
+ * hack/tools.sh: load `file` with @grpc/proto-loader and `includeDirs: [includeDir]`. The RPCs,
+ * their paths and every message except the template node and the pricing/options requests are
+ * wire-identical in all pinned versions.
+ */
+export function autoscalerProto(): { includeDir: string; file: string } {
+  const version = readToolVersions().CLUSTER_AUTOSCALER_VERSION;
+  const includeDir = path.join(autoscalerDir(version), 'proto');
+  const file = 'k8s.io/autoscaler/cluster-autoscaler/cloudprovider/externalgrpc/protos/externalgrpc.proto';
+  if (!existsSync(path.join(includeDir, file))) {
+    throw new Error(
+      `the cluster-autoscaler ${version} protos are not staged (expected ${path.join(includeDir, file)}); ` +
+        `run \`bash hack/tools.sh ${autoscalerComponent(version)}\``,
+    );
+  }
+  return { includeDir, file };
 }

@@ -94,6 +94,8 @@ export class MachineController {
   readonly deps: MachineDeps;
   private readonly namespace: string;
   private readonly frozen: () => boolean;
+  /** Machines (keys) whose creation flow is running now: orphan collection keeps their VMs. */
+  private readonly creating = new Set<string>();
 
   constructor(
     ctx: ControllerContext,
@@ -164,6 +166,11 @@ export class MachineController {
 
   async stop(): Promise<void> {
     await this.controller.stop();
+  }
+
+  /** Whether the creation flow of machine `namespace/name` is running right now. */
+  isCreating(key: string): boolean {
+    return this.creating.has(key);
   }
 
   private enqueue(m: CachedMachine): void {
@@ -304,8 +311,14 @@ export class MachineController {
       results.push(health.result);
       current = health.machine;
     }
-    if (needsCreation(current)) results.push(await runCreationFlow(this.deps, current, log));
-    else {
+    if (needsCreation(current)) {
+      this.creating.add(key);
+      try {
+        results.push(await runCreationFlow(this.deps, current, log));
+      } finally {
+        this.creating.delete(key);
+      }
+    } else {
       const node = nodeName === undefined ? undefined : this.deps.informers.nodes?.get(undefined, nodeName);
       results.push(await reconcilePreservation(this.deps, current, node, log));
     }

@@ -6,7 +6,10 @@
 import { createHash } from 'node:crypto';
 
 import type { Node, NodeAddress, NodeCondition, Taint } from '../../kube/types.js';
+import { WellKnownLabel } from '../../kube/wellknown.js';
 import type { VirtualVmShape } from './spec.js';
+
+export { WellKnownLabel };
 
 export const VIRTUAL_PROVIDER = 'virtual';
 export const VIRTUAL_PROVIDER_ID_PREFIX = 'virtual://';
@@ -37,20 +40,6 @@ export const KWOK_ANNOTATION_VALUE = 'fake';
 
 /** Taint a kubelet registers with until its node is Ready. */
 export const NOT_READY_TAINT: Taint = { key: 'node.kubernetes.io/not-ready', effect: 'NoSchedule' };
-
-export const WellKnownLabel = {
-  Hostname: 'kubernetes.io/hostname',
-  Arch: 'kubernetes.io/arch',
-  OS: 'kubernetes.io/os',
-  InstanceType: 'node.kubernetes.io/instance-type',
-  Region: 'topology.kubernetes.io/region',
-  Zone: 'topology.kubernetes.io/zone',
-  BetaArch: 'beta.kubernetes.io/arch',
-  BetaOS: 'beta.kubernetes.io/os',
-  BetaInstanceType: 'beta.kubernetes.io/instance-type',
-  BetaRegion: 'failure-domain.beta.kubernetes.io/region',
-  BetaZone: 'failure-domain.beta.kubernetes.io/zone',
-} as const;
 
 export function providerIDOf(zone: string, name: string): string {
   return `${VIRTUAL_PROVIDER_ID_PREFIX}${zone}/${name}`;

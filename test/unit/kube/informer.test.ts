@@ -251,6 +251,25 @@ describe('Informer (against the in-memory API)', () => {
     expect(logger.lines.map((l) => l.msg)).to.include('list/watch failed, retrying');
   });
 
+  it('retryNow ends a backoff wait at once (after an outage is known to be over)', async () => {
+    const clock = new FakeClock();
+    let down = true;
+    api.react((a) =>
+      down && a.verb === 'list'
+        ? new UnavailableError('connection refused', 0, 'ServiceUnavailable')
+        : undefined,
+    );
+    newInformer({ clock, backoff: { initialMs: 60_000, maxMs: 60_000 } });
+    inf.start();
+    await eventually(() => api.actions.some((a) => a.verb === 'list'), 'first list attempt');
+    down = false;
+    await clock.advance(1000);
+    expect(inf.hasSynced(), 'still waiting out the 60 s backoff').to.equal(false);
+    inf.retryNow();
+    await inf.waitForSync();
+    expect(inf.keys().sort()).to.deep.equal(['ns/a', 'ns/b']);
+  });
+
   it('gives late handlers the current cache as adds', async () => {
     newInformer();
     inf.start();

@@ -1,0 +1,38 @@
+import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+
+export interface AutoscalerMetrics {
+  requests: Counter<'method' | 'code'>;
+  duration: Histogram<'method'>;
+  groups: Gauge;
+}
+
+const byRegistry = new WeakMap<Registry, AutoscalerMetrics>();
+
+/** Per-RPC metrics of the externalgrpc server (one set per registry). */
+export function autoscalerMetrics(registry: Registry): AutoscalerMetrics {
+  let m = byRegistry.get(registry);
+  if (m === undefined) {
+    m = {
+      requests: new Counter({
+        name: 'mcm_autoscaler_grpc_requests_total',
+        help: 'cluster-autoscaler externalgrpc calls served, by method and gRPC status code name.',
+        labelNames: ['method', 'code'],
+        registers: [registry],
+      }),
+      duration: new Histogram({
+        name: 'mcm_autoscaler_grpc_request_duration_seconds',
+        help: 'Latency of cluster-autoscaler externalgrpc calls by method.',
+        labelNames: ['method'],
+        buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
+        registers: [registry],
+      }),
+      groups: new Gauge({
+        name: 'mcm_autoscaler_node_groups',
+        help: 'Node groups (MachineDeployments) served to the cluster-autoscaler.',
+        registers: [registry],
+      }),
+    };
+    byRegistry.set(registry, m);
+  }
+  return m;
+}

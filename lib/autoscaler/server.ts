@@ -1,0 +1,488 @@
+// The cluster-autoscaler externalgrpc CloudProvider server. It reads the manager's shared caches
+// and writes through the manager's client, so the autoscaler and the controllers never disagree
+// about what exists. Node groups are MachineDeployments (groups.ts); scaling writes only the
+// deployment (replicas, and the trigger-deletion annotation naming the machines to remove), and the
+// MachineDeployment, MachineSet and Machine controllers do the rest under their safety limits.
+
+import { readFileSync } from 'node:fs';
+
+import {
+  Server,
+  ServerCredentials,
+  status,
+  type sendUnaryData,
+  type ServerUnaryCall,
+  type ServerWritableStream,
+  type UntypedServiceImplementation,
+} from '@grpc/grpc-js';
+
+import { Annotation } from '../api/constants.js';
+import { MachineDeploymentResource, type MachineDeployment } from '../api/types.js';
+import type { SharedInformers } from '../controllers/context.js';
+import type { KubeApi } from '../kube/client.js';
+import type { Clock } from '../kube/clock.js';
+import { errorMessage, isConflict, isNotFound } from '../kube/errors.js';
+import type { DeepReadonly } from '../kube/informer.js';
+import type { Logger } from '../observability/logger.js';
+import type { Registry } from '../observability/metrics.js';
+import {
+  GrpcStatusError,
+  failedPrecondition,
+  invalidArgument,
+  notFound,
+  unavailable,
+  unimplemented,
+} from './errors.js';
+import type { NodeGroup, NodeGroupFlag } from './groups.js';
+import { instanceOf } from './instances.js';
+import { GroupLookup, type NodeRef } from './lookup.js';
+import { autoscalerMetrics, type AutoscalerMetrics } from './metrics.js';
+import { CLOUD_PROVIDER_SERVICE, cloudProviderService, encodeNode, healthService } from './proto.js';
+import {
+  markedMachines,
+  planDecrease,
+  planDeleteNodes,
+  planIncrease,
+  replicasOf,
+  type DeletePlan,
+} from './scaling.js';
+import { buildTemplateNode } from './template.js';
+import { rfc3339 } from '../controllers/conditions.js';
+
+export interface AutoscalerServerOptions {
+  /** HOST:PORT to listen on. */
+  address: string;
+  /** mTLS material; undefined only with --grpc-insecure. */
+  tls: { certFile: string; keyFile: string; clientCAFile: string } | undefined;
+  groups: readonly NodeGroupFlag[];
+  gpuLabel: string;
+  gpuTypes: readonly string[];
+  namespace: string;
+  client: KubeApi;
+  informers: SharedInformers;
+  clock: Clock;
+  logger: Logger;
+  registry: Registry;
+  /** Why the machine API cannot be trusted right now (caches not synced, API frozen), or undefined. */
+  unhealthy: () => string | undefined;
+}
+
+interface WireNode {
+  providerID?: string;
+  name?: string;
+  labels?: Record<string, string>;
+  annotations?: Record<string, string>;
+}
+
+type Handler = (req: Record<string, unknown>, deadline: number) => unknown;
+
+const str = (v: unknown): string => (typeof v === 'string' ? v : '');
+const num = (v: unknown): number => (typeof v === 'number' ? v : Number.NaN);
+
+/** Conflict retries of one scaling write before the call fails with UNAVAILABLE. */
+const MAX_WRITE_ATTEMPTS = 5;
+
+export class AutoscalerServer {
+  private readonly server = new Server();
+  private readonly lookup: GroupLookup;
+  private readonly metrics: AutoscalerMetrics;
+  private readonly log: Logger;
+  private readonly locks = new Map<string, Promise<void>>();
+  private readonly healthWatchers = new Set<ServerWritableStream<unknown, unknown>>();
+  private serving = false;
+  port = 0;
+
+  constructor(private readonly opts: AutoscalerServerOptions) {
+    this.log = opts.logger.child({ component: 'autoscaler-grpc' });
+    this.lookup = new GroupLookup(opts.informers, opts.namespace, opts.groups, opts.clock, this.log);
+    this.metrics = autoscalerMetrics(opts.registry);
+    const handlers: Record<string, Handler> = {
+      NodeGroups: () => this.nodeGroups(),
+      NodeGroupForNode: (req) => this.nodeGroupForNode(req.node as WireNode | undefined),
+      PricingNodePrice: () => {
+        throw unimplemented('pricing is not configured (the price expander is not supported)');
+      },
+      PricingPodPrice: () => {
+        throw unimplemented('pricing is not configured (the price expander is not supported)');
+      },
+      GPULabel: () => ({ label: opts.gpuLabel }),
+      GetAvailableGPUTypes: () => ({
+        gpuTypes: Object.fromEntries(opts.gpuTypes.map((t) => [t, { type_url: '', value: Buffer.alloc(0) }])),
+      }),
+      Cleanup: () => ({}),
+      Refresh: () => this.refresh(),
+      NodeGroupTargetSize: (req) => this.targetSize(str(req.id)),
+      NodeGroupIncreaseSize: (req, deadline) => this.increaseSize(str(req.id), num(req.delta), deadline),
+      NodeGroupDeleteNodes: (req, deadline) =>
+        this.deleteNodes(str(req.id), (req.nodes as WireNode[] | undefined) ?? [], deadline),
+      NodeGroupDecreaseTargetSize: (req, deadline) =>
+        this.decreaseTargetSize(str(req.id), num(req.delta), deadline),
+      NodeGroupNodes: (req) => this.nodes(str(req.id)),
+      NodeGroupTemplateNodeInfo: (req) => this.templateNodeInfo(str(req.id)),
+      NodeGroupGetOptions: () => {
+        throw unimplemented(
+          'per-group autoscaling options are not served: the externalgrpc protocol has no field for ' +
+            'MaxNodeStartupTime, so answering would zero it; the autoscaler uses its flags',
+        );
+      },
+    };
+    const impl: UntypedServiceImplementation = {};
+    for (const [method, fn] of Object.entries(handlers)) impl[method] = this.unary(method, fn);
+    this.server.addService(cloudProviderService(), impl);
+    this.server.addService(healthService(), {
+      Check: (call: ServerUnaryCall<{ service?: string }, unknown>, cb: sendUnaryData<unknown>) => {
+        const s = this.healthStatus(call.request.service ?? '');
+        if (s === undefined)
+          cb({ code: status.NOT_FOUND, details: `unknown service ${call.request.service ?? ''}` });
+        else cb(null, { status: s });
+      },
+      Watch: (call: ServerWritableStream<{ service?: string }, unknown>) => {
+        call.write({ status: this.healthStatus(call.request.service ?? '') ?? 'SERVICE_UNKNOWN' });
+        this.healthWatchers.add(call);
+        call.on('cancelled', () => this.healthWatchers.delete(call));
+      },
+    });
+  }
+
+  private healthStatus(service: string): string | undefined {
+    if (service !== '' && service !== CLOUD_PROVIDER_SERVICE) return undefined;
+    return this.serving && this.opts.unhealthy() === undefined ? 'SERVING' : 'NOT_SERVING';
+  }
+
+  async start(): Promise<void> {
+    const creds =
+      this.opts.tls === undefined
+        ? ServerCredentials.createInsecure()
+        : ServerCredentials.createSsl(
+            readFileSync(this.opts.tls.clientCAFile),
+            [
+              {
+                cert_chain: readFileSync(this.opts.tls.certFile),
+                private_key: readFileSync(this.opts.tls.keyFile),
+              },
+            ],
+            true,
+          );
+    this.port = await new Promise<number>((resolve, reject) => {
+      this.server.bindAsync(this.opts.address, creds, (err, port) => {
+        if (err === null) resolve(port);
+        else reject(err);
+      });
+    });
+    this.serving = true;
+    this.notifyHealth();
+    this.log.info('externalgrpc server listening', {
+      address: this.opts.address,
+      port: this.port,
+      tls: this.opts.tls === undefined ? 'off (--grpc-insecure)' : 'mutual',
+      groups: this.lookup.groups().map((g) => `${g.id} (${g.min}:${g.max})`),
+    });
+  }
+
+  /** Stops taking calls, lets running ones finish (bounded), then closes. */
+  async stop(graceMs = 5000): Promise<void> {
+    this.serving = false;
+    this.notifyHealth();
+    for (const w of this.healthWatchers) w.end();
+    this.healthWatchers.clear();
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(() => {
+        this.server.forceShutdown();
+        resolve();
+      }, graceMs);
+      this.server.tryShutdown(() => {
+        clearTimeout(timer);
+        resolve();
+      });
+    });
+  }
+
+  private notifyHealth(): void {
+    for (const w of this.healthWatchers) w.write({ status: this.healthStatus('') });
+  }
+
+  /** Wraps a handler: status mapping, metrics, one debug line per call. */
+  private unary(method: string, fn: Handler) {
+    return (
+      call: ServerUnaryCall<Record<string, unknown>, unknown>,
+      callback: sendUnaryData<unknown>,
+    ): void => {
+      const started = process.hrtime.bigint();
+      const d = call.getDeadline();
+      const deadline = d instanceof Date ? d.getTime() : Number.isFinite(d) ? d : Date.now() + 30_000;
+      Promise.resolve()
+        .then(() => fn(call.request, deadline))
+        .then(
+          (res) => {
+            this.done(method, started, 'OK');
+            this.log.debug('autoscaler call', { method, request: call.request });
+            callback(null, res);
+          },
+          (err: unknown) => {
+            const e =
+              err instanceof GrpcStatusError
+                ? err
+                : new GrpcStatusError(status.UNAVAILABLE, `${method}: ${errorMessage(err)}`, { cause: err });
+            const code = status[e.code];
+            this.done(method, started, code);
+            if (e.code === status.UNIMPLEMENTED)
+              this.log.debug('autoscaler call', { method, code, message: e.message });
+            else
+              this.log.info('autoscaler call refused', {
+                method,
+                code,
+                message: e.message,
+                request: call.request,
+              });
+            callback({ code: e.code, details: e.message });
+          },
+        );
+    };
+  }
+
+  private done(method: string, started: bigint, code: string): void {
+    this.metrics.requests.inc({ method, code });
+    this.metrics.duration.observe({ method }, Number(process.hrtime.bigint() - started) / 1e9);
+  }
+
+  // ---- reads ----------------------------------------------------------------------------------
+
+  private wireGroup(g: NodeGroup): Record<string, unknown> {
+    const mcd = this.lookup.deployment(g);
+    const replicas = mcd === undefined ? 0 : replicasOf(mcd);
+    return {
+      id: g.id,
+      minSize: g.min,
+      maxSize: g.max,
+      debug: `${g.id} (${g.min}:${g.max}, replicas=${replicas})`,
+    };
+  }
+
+  private nodeGroups(): unknown {
+    const groups = this.lookup.groups();
+    this.metrics.groups.set(groups.length);
+    return { nodeGroups: groups.map((g) => this.wireGroup(g)) };
+  }
+
+  /** Never fails: a node we cannot place is "not autoscaled" (id ""); an error would abort a scale-up. */
+  private nodeGroupForNode(node: WireNode | undefined): unknown {
+    if (node === undefined) return { nodeGroup: { id: '' } };
+    try {
+      const m = this.lookup.machineForNode(toRef(node));
+      const g = m === undefined ? undefined : this.lookup.groupOfMachine(m);
+      return { nodeGroup: g === undefined ? { id: '' } : this.wireGroup(g) };
+    } catch (err) {
+      this.log.error('NodeGroupForNode lookup failed; answering "not autoscaled"', { err, node: node.name });
+      return { nodeGroup: { id: '' } };
+    }
+  }
+
+  private groupOrThrow(id: string): { group: NodeGroup; mcd: DeepReadonly<MachineDeployment> } {
+    const group = this.lookup.groupById(id);
+    const mcd = group === undefined ? undefined : this.lookup.deployment(group);
+    if (group === undefined || mcd === undefined) {
+      throw notFound(
+        `node group "${id}" is not served (expected NAMESPACE/NAME of a MachineDeployment named by --nodes or annotated with min/max sizes)`,
+      );
+    }
+    return { group, mcd };
+  }
+
+  private refresh(): unknown {
+    const why = this.opts.unhealthy();
+    if (why !== undefined) throw unavailable(`the machine API is not usable: ${why}`);
+    return {};
+  }
+
+  private targetSize(id: string): unknown {
+    const { mcd } = this.groupOrThrow(id);
+    return { targetSize: replicasOf(mcd) };
+  }
+
+  private nodes(id: string): unknown {
+    const { mcd } = this.groupOrThrow(id);
+    const marked = markedMachines(mcd);
+    const instances = this.lookup
+      .machines(mcd)
+      .map((m) => instanceOf(m, this.lookup.nodeOf(m), marked.has(m.metadata.name ?? '')));
+    return { instances };
+  }
+
+  private templateNodeInfo(id: string): unknown {
+    const { group, mcd } = this.groupOrThrow(id);
+    const className = mcd.spec?.template.spec?.class?.name ?? '';
+    const cls = this.opts.informers.machineClasses.get(group.namespace, className);
+    const t = buildTemplateNode(group.id, mcd, cls);
+    if ('unavailable' in t) throw unimplemented(`no template for node group ${group.id}: ${t.unavailable}`);
+    const bytes = encodeNode(t.node);
+    return { nodeInfo: bytes, nodeBytes: bytes };
+  }
+
+  // ---- writes ---------------------------------------------------------------------------------
+
+  /** Runs fn with the group's lock held: scaling calls of one group never interleave. */
+  private async locked<T>(groupId: string, fn: () => Promise<T>): Promise<T> {
+    const previous = this.locks.get(groupId) ?? Promise.resolve();
+    let release!: () => void;
+    const mine = new Promise<void>((r) => (release = r));
+    const chain = previous.then(() => mine);
+    this.locks.set(groupId, chain);
+    await previous;
+    try {
+      return await fn();
+    } finally {
+      release();
+      if (this.locks.get(groupId) === chain) this.locks.delete(groupId);
+    }
+  }
+
+  /**
+   * Plans against the freshest deployment and writes it conditionally (resourceVersion), re-planning
+   * on a conflict. One write per call: replicas and the annotation change together or not at all.
+   */
+  private async write(
+    id: string,
+    deadline: number,
+    plan: (
+      group: NodeGroup,
+      mcd: DeepReadonly<MachineDeployment>,
+    ) => { patch: Record<string, unknown> | undefined; describe: string },
+  ): Promise<unknown> {
+    const first = this.groupOrThrow(id);
+    return this.locked(first.group.id, async () => {
+      let mcd = this.lookup.deployment(first.group) ?? first.mcd;
+      for (let attempt = 1; ; attempt++) {
+        const group = this.lookup.group(first.group.id) ?? first.group;
+        const { patch, describe } = plan(group, mcd);
+        if (patch === undefined) return {};
+        const body = {
+          ...patch,
+          metadata: {
+            ...((patch.metadata as object | undefined) ?? {}),
+            resourceVersion: mcd.metadata.resourceVersion,
+          },
+        };
+        try {
+          const written = await this.opts.client.patch<MachineDeployment>(
+            MachineDeploymentResource,
+            group.name,
+            body,
+            {
+              type: 'merge',
+              namespace: group.namespace,
+            },
+          );
+          this.lookup.wrote(group, written);
+          this.log.info('scaled node group', {
+            group: group.id,
+            change: describe,
+            replicas: written.spec?.replicas,
+          });
+          return {};
+        } catch (err) {
+          if (isNotFound(err)) throw notFound(`machine deployment ${group.id} no longer exists`);
+          if (!isConflict(err) || attempt >= MAX_WRITE_ATTEMPTS || this.opts.clock.now() > deadline) {
+            throw unavailable(`updating machine deployment ${group.id} failed: ${errorMessage(err)}`, {
+              cause: err,
+            });
+          }
+          mcd = await this.opts.client.get<MachineDeployment>(
+            MachineDeploymentResource,
+            group.name,
+            group.namespace,
+          );
+        }
+      }
+    });
+  }
+
+  private async increaseSize(id: string, delta: number, deadline: number): Promise<unknown> {
+    return this.write(id, deadline, (group, mcd) => {
+      const p = planIncrease(group, replicasOf(mcd), delta);
+      if ('error' in p) throw p.error;
+      return { patch: { spec: { replicas: p.replicas } }, describe: `+${delta}` };
+    });
+  }
+
+  private deletionPatch(plan: DeletePlan): Record<string, unknown> | undefined {
+    if (plan.replicas === undefined) return undefined;
+    const annotations: Record<string, string> = {
+      [Annotation.LastDeploymentReplicaChangeByScalerTime]: rfc3339(this.opts.clock.now()),
+    };
+    if (plan.trigger !== undefined) annotations[Annotation.TriggerDeletionByMCM] = plan.trigger;
+    return { metadata: { annotations }, spec: { replicas: plan.replicas } };
+  }
+
+  private async deleteNodes(id: string, nodes: readonly WireNode[], deadline: number): Promise<unknown> {
+    if (nodes.length === 0) throw invalidArgument('no nodes to delete');
+    const { group } = this.groupOrThrow(id);
+    // Resolve every node first: one foreign or unknown node refuses the whole call.
+    const protectedNodes = new Map<string, string>();
+    const machines = nodes.map((n) => {
+      const ref = toRef(n);
+      const m = this.lookup.machineForNode(ref);
+      if (m === undefined) {
+        throw invalidArgument(
+          `node ${ref.name || ref.providerID} is not a machine of node group ${group.id}`,
+        );
+      }
+      const owner = this.lookup.groupOfMachine(m);
+      if (owner?.id !== group.id) {
+        throw invalidArgument(
+          `node ${ref.name || ref.providerID} (machine ${m.metadata.name ?? ''}) belongs to ${owner === undefined ? 'no node group' : `node group ${owner.id}`}, not ${group.id}`,
+        );
+      }
+      const node = this.lookup.nodeOf(m);
+      const disabled =
+        node?.metadata.annotations?.[Annotation.ClusterAutoscalerScaleDownDisabled] ??
+        n.annotations?.[Annotation.ClusterAutoscalerScaleDownDisabled];
+      if (disabled === 'true') protectedNodes.set(m.metadata.name ?? '', ref.name || ref.providerID);
+      return m;
+    });
+    return this.write(id, deadline, (g, mcd) => {
+      const r = planDeleteNodes({
+        group: g,
+        mcd,
+        sets: this.lookup.sets(mcd),
+        machines,
+        now: this.opts.clock.now(),
+      });
+      if ('error' in r) throw r.error;
+      const refused = r.plan.marked.filter((name) => protectedNodes.has(name));
+      if (refused.length > 0) {
+        throw failedPrecondition(
+          `node(s) ${refused.map((name) => protectedNodes.get(name)).join(', ')} carry ` +
+            `${Annotation.ClusterAutoscalerScaleDownDisabled}=true (a preserved machine, or set by hand); ` +
+            'remove the annotation to allow their scale-down',
+        );
+      }
+      return {
+        patch: this.deletionPatch(r.plan),
+        describe: `delete ${r.plan.marked.join(',')}${r.plan.already.length > 0 ? ` (already going: ${r.plan.already.join(',')})` : ''}`,
+      };
+    });
+  }
+
+  private async decreaseTargetSize(id: string, delta: number, deadline: number): Promise<unknown> {
+    return this.write(id, deadline, (g, mcd) => {
+      const r = planDecrease({
+        group: g,
+        mcd,
+        sets: this.lookup.sets(mcd),
+        machines: this.lookup.machines(mcd),
+        registered: (m) => this.lookup.nodeOf(m) !== undefined,
+        delta,
+        now: this.opts.clock.now(),
+      });
+      if ('error' in r) throw r.error;
+      return {
+        patch: this.deletionPatch(r.plan),
+        describe: `${delta} (unregistered: ${r.plan.marked.join(',') || 'none'})`,
+      };
+    });
+  }
+}
+
+function toRef(n: WireNode): NodeRef {
+  return { providerID: n.providerID ?? '', name: n.name ?? '', labels: n.labels ?? {} };
+}

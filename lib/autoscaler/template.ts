@@ -1,0 +1,87 @@
+// The template node of a group (pure): what a new, empty node of the group looks like, so that the
+// autoscaler can simulate pods on it and scale a group up from zero.
+
+import type { MachineClass, MachineDeployment } from '../api/types.js';
+import type { DeepReadonly } from '../kube/informer.js';
+import type { ConditionStatus, Node, NodeCondition } from '../kube/types.js';
+import { WellKnownLabel } from '../kube/wellknown.js';
+
+/** Pods a node admits when the class does not say (the kubelet's default --max-pods). */
+export const DEFAULT_MAX_PODS = '110';
+
+/** A Kubernetes quantity string (resource.ParseQuantity's grammar). */
+const QUANTITY = /^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+|[KMGTPE]i|[numkMGTPE])?$/;
+
+export type TemplateResult = { node: Node } | { unavailable: string };
+
+/**
+ * Builds the template node from the class's nodeTemplate (capacity, virtual capacity, instance
+ * type, region, zone, architecture) and the deployment's node template (labels, taints). Without a
+ * nodeTemplate there is nothing to say: the caller answers UNIMPLEMENTED and the autoscaler uses a
+ * real node of the group. Capacity without `pods` gets the kubelet default; allocatable equals
+ * capacity (virtual nodes reserve nothing).
+ */
+export function buildTemplateNode(
+  groupId: string,
+  mcd: MachineDeployment | DeepReadonly<MachineDeployment>,
+  cls: MachineClass | DeepReadonly<MachineClass> | undefined,
+): TemplateResult {
+  if (cls === undefined) return { unavailable: 'its MachineClass does not exist' };
+  const t = cls.nodeTemplate;
+  if (t === undefined) {
+    return { unavailable: `MachineClass ${cls.metadata.name ?? ''} has no nodeTemplate` };
+  }
+  const capacity: Record<string, string> = {};
+  for (const [k, v] of [...Object.entries(t.capacity), ...Object.entries(t.virtualCapacity ?? {})]) {
+    const q = String(v);
+    if (!QUANTITY.test(q)) {
+      return { unavailable: `MachineClass ${cls.metadata.name ?? ''}: ${k}="${q}" is not a quantity` };
+    }
+    capacity[k] = q;
+  }
+  if (!('pods' in capacity)) capacity.pods = DEFAULT_MAX_PODS;
+  const arch = t.architecture ?? 'amd64';
+  const name = `template-${groupId.replace('/', '-')}`;
+  const spec = mcd.spec?.template.spec?.nodeTemplate;
+  const labels: Record<string, string> = {
+    ...(spec?.metadata?.labels ?? {}),
+    [WellKnownLabel.Hostname]: name,
+    [WellKnownLabel.Arch]: arch,
+    [WellKnownLabel.BetaArch]: arch,
+    [WellKnownLabel.OS]: 'linux',
+    [WellKnownLabel.BetaOS]: 'linux',
+    [WellKnownLabel.InstanceType]: t.instanceType,
+    [WellKnownLabel.BetaInstanceType]: t.instanceType,
+    [WellKnownLabel.Region]: t.region,
+    [WellKnownLabel.BetaRegion]: t.region,
+    [WellKnownLabel.Zone]: t.zone,
+    [WellKnownLabel.BetaZone]: t.zone,
+  };
+  const taints = (spec?.spec?.taints ?? []).map((x) => ({ ...x }));
+  const condition = (type: string, status: ConditionStatus, reason: string): NodeCondition => ({
+    type,
+    status,
+    reason,
+    message: 'template node',
+  });
+  return {
+    node: {
+      apiVersion: 'v1',
+      kind: 'Node',
+      metadata: { name, labels },
+      spec: { taints },
+      status: {
+        capacity,
+        allocatable: { ...capacity },
+        conditions: [
+          condition('Ready', 'True', 'KubeletReady'),
+          condition('MemoryPressure', 'False', 'KubeletHasSufficientMemory'),
+          condition('DiskPressure', 'False', 'KubeletHasNoDiskPressure'),
+          condition('PIDPressure', 'False', 'KubeletHasSufficientPID'),
+          condition('NetworkUnavailable', 'False', 'RouteCreated'),
+        ],
+        nodeInfo: { operatingSystem: 'linux', architecture: arch },
+      },
+    },
+  };
+}

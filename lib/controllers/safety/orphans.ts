@@ -1,0 +1,387 @@
+// Orphan VM collection (MCM's safety-net for VMs without machines): every
+// --machine-safety-orphan-vms-period, and shortly after a machine is deleted, each MachineClass's
+// provider lists its VMs, and a VM whose machine does not exist is deleted. A VM is only deleted
+// when its machine is neither in the cache nor in the API server (read live: the cache may lag
+// behind a machine just created) and no creation for that machine is running; a VM whose machine
+// exists is never deleted.
+
+import { Counter, type Registry } from 'prom-client';
+
+import { EventSource, MACHINE_CLASS_KIND, MachinePhase } from '../../api/constants.js';
+import { API_VERSION, MachineResource, type Machine, type MachineClass } from '../../api/types.js';
+import { decodeMachineError } from '../../driver/codes.js';
+import type { Driver, MachineRequest } from '../../driver/driver.js';
+import type { ProviderRegistry } from '../../driver/registry.js';
+import type { TimerHandle } from '../../kube/clock.js';
+import { Controller, type ReconcileContext, type ReconcileResult } from '../../kube/controller.js';
+import { isNotFound } from '../../kube/errors.js';
+import type { EventRecorder } from '../../kube/events.js';
+import type { DeepReadonly } from '../../kube/informer.js';
+import type { Secret } from '../../kube/types.js';
+import type { Logger } from '../../observability/logger.js';
+import type { ControllerContext } from '../context.js';
+import { phaseOf, type AnyMachine } from '../machines.js';
+import { resolveMachineClass } from '../machine/resolve.js';
+
+/** Why a VM listed by a provider is kept, or that its machine must be looked up live. */
+export type VmVerdict =
+  /** Its machine exists and records this VM's providerID. */
+  | 'owned'
+  /** Its machine exists and has no VM recorded yet, or is still in its creation flow. */
+  | 'being-created'
+  /**
+   * Its machine exists but records another VM: a second VM for one machine. MCM deletes it; we
+   * keep it and report it, because a provider reporting providerIDs in another form than it
+   * returned on creation would otherwise lose every VM.
+   */
+  | 'duplicate'
+  /** No machine of that name in the cache: an orphan unless the API server knows the machine. */
+  | 'no-machine';
+
+const CREATING_PHASES: ReadonlySet<string> = new Set([
+  MachinePhase.Creating,
+  MachinePhase.Pending,
+  MachinePhase.CrashLoopBackOff,
+]);
+
+/**
+ * Classifies a VM by its machine (undefined: none of that name). A machine whose creation is
+ * running right now (creationInFlight) protects its VM even when the machine object is gone.
+ */
+export function classifyVm(
+  providerID: string,
+  machine: AnyMachine | undefined,
+  creationInFlight: boolean,
+): VmVerdict {
+  if (machine === undefined) return creationInFlight ? 'being-created' : 'no-machine';
+  const recorded = machine.spec?.providerID ?? '';
+  if (recorded === providerID) return 'owned';
+  if (recorded === '' || creationInFlight || CREATING_PHASES.has(phaseOf(machine))) return 'being-created';
+  return 'duplicate';
+}
+
+/** What a pass over one class's VMs decided, before any live read or deletion. */
+export interface OrphanPlan {
+  /** VMs whose machine is not in the cache: to be confirmed with a live read, then deleted. */
+  candidates: { providerID: string; machineName: string }[];
+  duplicates: { providerID: string; machineName: string; recorded: string }[];
+  kept: number;
+}
+
+/** Sorts a provider's VM listing (providerID → machine name) into kept VMs and candidates. */
+export function planOrphans(
+  listing: Readonly<Record<string, string>>,
+  machineOf: (name: string) => AnyMachine | undefined,
+  creationInFlight: (name: string) => boolean,
+  alreadySeen: ReadonlySet<string> = new Set(),
+): OrphanPlan {
+  const plan: OrphanPlan = { candidates: [], duplicates: [], kept: 0 };
+  for (const [providerID, machineName] of Object.entries(listing).sort(([a], [b]) => a.localeCompare(b))) {
+    if (alreadySeen.has(providerID)) continue;
+    const m = machineOf(machineName);
+    switch (classifyVm(providerID, m, creationInFlight(machineName))) {
+      case 'no-machine':
+        plan.candidates.push({ providerID, machineName });
+        break;
+      case 'duplicate':
+        plan.duplicates.push({ providerID, machineName, recorded: m?.spec?.providerID ?? '' });
+        plan.kept++;
+        break;
+      case 'owned':
+      case 'being-created':
+        plan.kept++;
+    }
+  }
+  return plan;
+}
+
+/** How soon after a machine deletion the extra pass runs (deletions in a burst share it). */
+export const AFTER_DELETION_DELAY_MS = 5_000;
+
+/** Event reasons (on the MachineClass, or the machine of a duplicate VM). */
+export const OrphanEventReason = {
+  OrphanVMDeleted: 'OrphanVMDeleted',
+  OrphanVMDeleteFailed: 'OrphanVMDeleteFailed',
+  DuplicateVM: 'DuplicateVM',
+} as const;
+
+const PASS_KEY = 'orphan-vms';
+
+export interface OrphanCollectorOptions {
+  providers: ProviderRegistry;
+  /** --machine-safety-orphan-vms-period */
+  periodMs: number;
+  /** While true (API-server freeze) no pass runs. */
+  frozen?: () => boolean;
+  /** Whether the machine controller is running the creation flow of `namespace/name`. */
+  creationInFlight?: (key: string) => boolean;
+}
+
+class OrphanMetrics {
+  readonly collected: Counter<'provider'>;
+  readonly failed: Counter<'provider'>;
+  readonly duplicates: Counter<'provider'>;
+
+  constructor(registry: Registry) {
+    const registers = [registry];
+    this.collected = new Counter({
+      name: 'mcm_machine_safety_orphan_vms_collected_total',
+      help: 'VMs deleted by the orphan collection because their machine did not exist.',
+      labelNames: ['provider'],
+      registers,
+    });
+    this.failed = new Counter({
+      name: 'mcm_machine_safety_orphan_vm_deletions_failed_total',
+      help: 'Failed deletions of orphan VMs (retried on the next pass).',
+      labelNames: ['provider'],
+      registers,
+    });
+    this.duplicates = new Counter({
+      name: 'mcm_machine_safety_duplicate_vms_total',
+      help: 'VMs found (per pass) whose machine records another VM; they are kept and reported.',
+      labelNames: ['provider'],
+      registers,
+    });
+  }
+}
+
+/** The orphan VM collection: one pass at a time, on a period and after machine deletions. */
+export class OrphanVmCollector {
+  readonly controller: Controller;
+  private readonly recorder: EventRecorder;
+  private readonly metrics: OrphanMetrics;
+  private periodic: TimerHandle | undefined;
+
+  constructor(
+    private readonly ctx: ControllerContext,
+    private readonly opts: OrphanCollectorOptions,
+  ) {
+    this.recorder = ctx.recorderFor(EventSource.MachineController);
+    this.metrics = new OrphanMetrics(ctx.registry);
+    this.controller = new Controller({
+      name: 'safety-orphan-vms',
+      workers: 1,
+      reconciler: { reconcile: (_key, rctx) => this.reconcile(rctx) },
+      clock: ctx.clock,
+      logger: ctx.logger,
+      registry: ctx.registry,
+    });
+    ctx.informers.machines.addHandler({
+      onDelete: () => {
+        this.controller.enqueueAfter(PASS_KEY, AFTER_DELETION_DELAY_MS);
+      },
+      onUpdate: (old, m) => {
+        // A provider that finds several VMs for one machine answers OutOfRange: look for the rest.
+        if (
+          old.status?.lastOperation?.errorCode !== 'OutOfRange' &&
+          m.status?.lastOperation?.errorCode === 'OutOfRange'
+        )
+          this.controller.enqueue(PASS_KEY);
+      },
+    });
+  }
+
+  /** Runs a pass soon (tests, and anything that knows VMs may have leaked). */
+  trigger(): void {
+    this.controller.enqueue(PASS_KEY);
+  }
+
+  start(): void {
+    this.controller.start();
+    this.controller.enqueue(PASS_KEY);
+    this.schedulePeriodic();
+  }
+
+  async stop(): Promise<void> {
+    this.periodic?.cancel();
+    await this.controller.stop();
+  }
+
+  private schedulePeriodic(): void {
+    this.periodic = this.ctx.clock.setTimeout(
+      () => {
+        this.controller.enqueue(PASS_KEY);
+        this.schedulePeriodic();
+      },
+      Math.max(1000, this.opts.periodMs),
+    );
+  }
+
+  private creationInFlight(name: string): boolean {
+    return this.opts.creationInFlight?.(`${this.ctx.namespace}/${name}`) ?? false;
+  }
+
+  async reconcile({ log }: ReconcileContext): Promise<ReconcileResult> {
+    if (this.opts.frozen?.() === true) {
+      log.info('orphan VM collection skipped: the machine controller is frozen');
+      return {};
+    }
+    const seen = new Set<string>();
+    let failures = 0;
+    let collected = 0;
+    for (const cls of this.ctx.informers.machineClasses.list(this.ctx.namespace)) {
+      const r = await this.collectClass(cls, seen, log);
+      failures += r.failures;
+      collected += r.collected;
+    }
+    log.verbose('orphan VM pass done', { vms: seen.size, collected, failures });
+    // Failed listings or deletions are retried within a minute rather than a whole period.
+    return failures > 0 ? { requeueAfter: Math.min(60_000, Math.max(1000, this.opts.periodMs)) } : {};
+  }
+
+  /** The class's driver and (merged) secret, or undefined when it cannot be called. */
+  private resolve(
+    cls: DeepReadonly<MachineClass>,
+    log: Logger,
+  ): { driver: Driver; secret: Secret; provider: string } | undefined {
+    const probe: Machine = {
+      apiVersion: API_VERSION,
+      kind: 'Machine',
+      metadata: { namespace: cls.metadata.namespace ?? this.ctx.namespace },
+      spec: { class: { kind: MACHINE_CLASS_KIND, name: cls.metadata.name ?? '' } },
+    };
+    const r = resolveMachineClass(
+      {
+        machineClasses: this.ctx.informers.machineClasses,
+        secrets: this.ctx.informers.secrets,
+        providers: this.opts.providers,
+      },
+      probe,
+      { requireFinalizer: false },
+    );
+    if (!r.ok) {
+      log.verbose('class skipped by the orphan VM collection', {
+        machineClass: cls.metadata.name,
+        reason: r.problem,
+        message: r.message,
+      });
+      return undefined;
+    }
+    return { driver: r.driver, secret: r.secret, provider: r.provider };
+  }
+
+  private async collectClass(
+    cls: DeepReadonly<MachineClass>,
+    seen: Set<string>,
+    log: Logger,
+  ): Promise<{ failures: number; collected: number }> {
+    const call = this.resolve(cls, log);
+    if (call === undefined) return { failures: 0, collected: 0 };
+    const namespace = cls.metadata.namespace ?? this.ctx.namespace;
+    const className = cls.metadata.name ?? '';
+    const machineClass = structuredClone(cls) as MachineClass;
+    let listing: Record<string, string>;
+    try {
+      listing = (await call.driver.listMachines({ machineClass, secret: call.secret })).machineList;
+    } catch (err) {
+      const e = decodeMachineError(err);
+      if (e.ok && e.code === 'Unimplemented') {
+        log.verbose('provider cannot list VMs; no orphan collection for this class', {
+          machineClass: className,
+          provider: call.provider,
+        });
+        return { failures: 0, collected: 0 };
+      }
+      log.warn('listing the VMs of a class failed', {
+        machineClass: className,
+        provider: call.provider,
+        err,
+      });
+      return { failures: 1, collected: 0 };
+    }
+    const machines = this.ctx.informers.machines;
+    const plan = planOrphans(
+      listing,
+      (name) => machines.get(namespace, name),
+      (name) => this.creationInFlight(name),
+      seen,
+    );
+    for (const id of Object.keys(listing)) seen.add(id);
+    for (const d of plan.duplicates) {
+      this.metrics.duplicates.inc({ provider: call.provider });
+      const m = machines.get(namespace, d.machineName);
+      log.warn('a machine has a second VM; it is kept (delete it at the provider if it is not needed)', {
+        machine: d.machineName,
+        vm: d.providerID,
+        recorded: d.recorded,
+      });
+      if (m !== undefined) {
+        this.recorder.event(
+          m,
+          'Warning',
+          OrphanEventReason.DuplicateVM,
+          `Provider ${call.provider} lists VM ${d.providerID} for this machine, which records VM ${d.recorded}; the extra VM is not deleted automatically`,
+        );
+      }
+    }
+    let failures = 0;
+    let collected = 0;
+    for (const c of plan.candidates) {
+      const outcome = await this.collectVm(call, machineClass, namespace, c, log);
+      if (outcome === 'deleted') collected++;
+      if (outcome === 'failed') failures++;
+    }
+    return { failures, collected };
+  }
+
+  /** Confirms that the VM's machine does not exist (live), then deletes the VM. */
+  private async collectVm(
+    call: { driver: Driver; secret: Secret; provider: string },
+    machineClass: MachineClass,
+    namespace: string,
+    vm: { providerID: string; machineName: string },
+    log: Logger,
+  ): Promise<'deleted' | 'kept' | 'failed'> {
+    const fields = { machine: vm.machineName, vm: vm.providerID, machineClass: machineClass.metadata.name };
+    let live: Machine | undefined;
+    try {
+      live = await this.ctx.client.get<Machine>(MachineResource, vm.machineName, namespace);
+    } catch (err) {
+      if (!isNotFound(err)) {
+        log.warn('cannot read the machine of a VM; the VM is kept for now', { ...fields, err });
+        return 'failed';
+      }
+    }
+    if (live !== undefined || this.creationInFlight(vm.machineName)) {
+      log.verbose('the machine of a VM exists (the cache is behind); the VM is kept', fields);
+      return 'kept';
+    }
+    const req: MachineRequest = {
+      machine: {
+        apiVersion: API_VERSION,
+        kind: 'Machine',
+        metadata: { name: vm.machineName, namespace },
+        spec: {
+          class: { kind: MACHINE_CLASS_KIND, name: machineClass.metadata.name ?? '' },
+          providerID: vm.providerID,
+        },
+      },
+      machineClass,
+      secret: call.secret,
+    };
+    try {
+      await call.driver.deleteMachine(req);
+    } catch (err) {
+      const e = decodeMachineError(err);
+      if (e.ok && e.code === 'NotFound') return 'kept';
+      this.metrics.failed.inc({ provider: call.provider });
+      log.warn('deleting an orphan VM failed; retried on the next pass', { ...fields, err });
+      this.recorder.event(
+        machineClass,
+        'Warning',
+        OrphanEventReason.OrphanVMDeleteFailed,
+        `Deleting orphan VM ${vm.providerID} (of machine ${vm.machineName}, which does not exist) failed: ${e.message}`,
+      );
+      return 'failed';
+    }
+    this.metrics.collected.inc({ provider: call.provider });
+    log.info('deleted an orphan VM: its machine does not exist', fields);
+    this.recorder.event(
+      machineClass,
+      'Normal',
+      OrphanEventReason.OrphanVMDeleted,
+      `Deleted orphan VM ${vm.providerID}: its machine ${vm.machineName} does not exist`,
+    );
+    return 'deleted';
+  }
+}

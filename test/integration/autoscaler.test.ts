@@ -1,0 +1,373 @@
+import { status } from '@grpc/grpc-js';
+import { expect } from 'chai';
+
+import { Annotation } from '../../lib/api/constants.js';
+import { MachineDeploymentResource, type MachineDeployment } from '../../lib/api/types.js';
+import { GroupAnnotation } from '../../lib/autoscaler/groups.js';
+import { decodeNode } from '../../lib/autoscaler/proto.js';
+import type { Manager } from '../../lib/manager.js';
+import { cloudProviderClient, grpcCode, type CloudProviderClient } from '../harness/grpcclient.js';
+import { LifecycleEnv, NS, nodeTemplate, phaseOf } from './env/lifecycle.js';
+import { until } from './env/until.js';
+
+interface Instance {
+  id: string;
+  status: { instanceState: string; errorInfo?: { instanceErrorClass: number; errorCode: string } | null };
+}
+
+async function expectCode(p: Promise<unknown>, code: status, text?: RegExp): Promise<string> {
+  try {
+    await p;
+  } catch (err) {
+    expect(grpcCode(err), String(err)).to.equal(code);
+    const details = (err as { details?: string }).details ?? '';
+    if (text !== undefined) expect(details).to.match(text);
+    return details;
+  }
+  expect.fail(`expected gRPC status ${status[code]}`);
+}
+
+describe('autoscaler externalgrpc server (real kube-apiserver, manager with the virtual provider)', function () {
+  this.timeout(180_000);
+  let env: LifecycleEnv;
+  let manager: Manager;
+  let ca: CloudProviderClient;
+
+  const instances = async (id: string): Promise<Instance[]> =>
+    ((await ca.call('NodeGroupNodes', { id })).instances as Instance[]).sort((a, b) =>
+      a.id.localeCompare(b.id),
+    );
+  const targetSize = async (id: string): Promise<number> =>
+    Number((await ca.call('NodeGroupTargetSize', { id })).targetSize);
+  const deployment = (name: string): Promise<MachineDeployment> =>
+    env.client.get<MachineDeployment>(MachineDeploymentResource, name, NS);
+  const runningIds = async (id: string, n: number): Promise<Instance[]> =>
+    until(`${n} running instances in ${id}`, async () => {
+      const list = await instances(id);
+      return list.length === n && list.every((i) => i.status.instanceState === 'instanceRunning')
+        ? list
+        : undefined;
+    });
+
+  before(async () => {
+    env = await LifecycleEnv.start();
+    await env.createClass(
+      'small',
+      {},
+      { nodeTemplate: nodeTemplate({ capacity: { cpu: '2', memory: '4Gi' } }) },
+    );
+    await env.createClass('bare', {});
+    await env.createClass(
+      'tight',
+      { zoneCapacity: { 'eu-tight-a': 2 } },
+      { nodeTemplate: nodeTemplate({ zone: 'eu-tight-a' }) },
+    );
+    manager = await env.startManager({
+      grpcAddress: '127.0.0.1:0',
+      grpcInsecure: true,
+      nodeGroups: [
+        { min: 1, max: 5, namespace: NS, name: 'flagged' },
+        { min: 0, max: 3, namespace: NS, name: 'missing' },
+      ],
+    });
+    ca = cloudProviderClient(`127.0.0.1:${manager.grpcPort}`);
+  });
+
+  after(async () => {
+    ca.close();
+    await env.stop();
+  });
+
+  it('serves groups from --nodes and from min/max annotations, skipping absent, invalid and max-0 deployments', async () => {
+    await env.createDeployment('flagged', 2, 'small');
+    const annotated = await env.createDeployment('annotated', 1, 'bare');
+    await env.client.patch(
+      MachineDeploymentResource,
+      'annotated',
+      { metadata: { annotations: { [GroupAnnotation.MinSize]: '0', [GroupAnnotation.MaxSize]: '4' } } },
+      { type: 'merge', namespace: NS },
+    );
+    await env.createDeployment('broken', 1, 'bare');
+    await env.client.patch(
+      MachineDeploymentResource,
+      'broken',
+      { metadata: { annotations: { [GroupAnnotation.MinSize]: 'one', [GroupAnnotation.MaxSize]: '4' } } },
+      { type: 'merge', namespace: NS },
+    );
+    await env.createDeployment('zero', 1, 'bare');
+    await env.client.patch(
+      MachineDeploymentResource,
+      'zero',
+      { metadata: { annotations: { [GroupAnnotation.MinSize]: '0', [GroupAnnotation.MaxSize]: '0' } } },
+      { type: 'merge', namespace: NS },
+    );
+    expect(annotated.metadata.name).to.equal('annotated');
+    const groups = await until('both groups', async () => {
+      const res = (await ca.call('NodeGroups')).nodeGroups as {
+        id: string;
+        minSize: number;
+        maxSize: number;
+      }[];
+      return res.length === 2 ? res : undefined;
+    });
+    expect(groups.map((g) => [g.id, g.minSize, g.maxSize])).to.deep.equal([
+      [`${NS}/annotated`, 0, 4],
+      [`${NS}/flagged`, 1, 5],
+    ]);
+    // Annotations override the flag's limits live.
+    await env.client.patch(
+      MachineDeploymentResource,
+      'flagged',
+      { metadata: { annotations: { [GroupAnnotation.MaxSize]: '6' } } },
+      { type: 'merge', namespace: NS },
+    );
+    await until('max 6 from the annotation', async () => {
+      const res = (await ca.call('NodeGroups')).nodeGroups as { id: string; maxSize: number }[];
+      return res.find((g) => g.id === `${NS}/flagged`)?.maxSize === 6;
+    });
+  });
+
+  it('reports every machine with its providerID once its Node exists, and maps nodes, placeholders and strangers', async () => {
+    const id = `${NS}/flagged`;
+    const list = await runningIds(id, 2);
+    for (const i of list) expect(i.id).to.match(/^virtual:\/\/eu-virtual-a\//);
+    const node = (await env.nodes()).find((n) => n.spec?.providerID === list[0]?.id);
+    expect(node, 'node of the first instance').to.not.equal(undefined);
+    const byNode = (
+      await ca.call('NodeGroupForNode', {
+        node: { providerID: node?.spec?.providerID, name: node?.metadata.name },
+      })
+    ).nodeGroup as { id: string; minSize: number; maxSize: number };
+    expect([byNode.id, byNode.minSize, byNode.maxSize]).to.deep.equal([id, 1, 6]);
+    const machine = (await env.machines('flagged'))[0]?.metadata.name ?? '';
+    const fake = `requested://${machine}`;
+    const byPlaceholder = (await ca.call('NodeGroupForNode', { node: { providerID: fake, name: fake } }))
+      .nodeGroup as { id: string };
+    expect(byPlaceholder.id).to.equal(id);
+    const stranger = (
+      await ca.call('NodeGroupForNode', { node: { providerID: 'aws:///eu-1a/i-123', name: 'ip-10-0-0-1' } })
+    ).nodeGroup as { id: string };
+    expect(stranger.id).to.equal('');
+    const empty = (await ca.call('NodeGroupForNode', { node: { providerID: '', name: 'x' } })).nodeGroup as {
+      id: string;
+    };
+    expect(empty.id).to.equal('');
+  });
+
+  it('IncreaseSize raises replicas with read-your-writes TargetSize and refuses beyond max, bad deltas and unknown groups', async () => {
+    const id = `${NS}/flagged`;
+    expect(await targetSize(id)).to.equal(2);
+    await ca.call('NodeGroupIncreaseSize', { id, delta: 2 });
+    expect(await targetSize(id), 'TargetSize right after the call').to.equal(4);
+    expect((await deployment('flagged')).spec?.replicas).to.equal(4);
+    await expectCode(
+      ca.call('NodeGroupIncreaseSize', { id, delta: 3 }),
+      status.FAILED_PRECONDITION,
+      /max size 6/,
+    );
+    await expectCode(ca.call('NodeGroupIncreaseSize', { id, delta: 0 }), status.INVALID_ARGUMENT, /positive/);
+    await expectCode(ca.call('NodeGroupIncreaseSize', { id: `${NS}/nope`, delta: 1 }), status.NOT_FOUND);
+    await expectCode(ca.call('NodeGroupTargetSize', { id: 'not-a-group-id' }), status.NOT_FOUND);
+    await expectCode(ca.call('NodeGroupNodes', { id: `${NS}/missing` }), status.NOT_FOUND);
+    expect((await deployment('flagged')).spec?.replicas, 'nothing applied by refused calls').to.equal(4);
+    await runningIds(id, 4);
+  });
+
+  it('DeleteNodes removes exactly the chosen machines, reports them Deleting at once, is idempotent and refuses below min or foreign nodes', async () => {
+    const id = `${NS}/flagged`;
+    const before = await runningIds(id, 4);
+    const chosen = before.slice(0, 2).map((i) => i.id);
+    const nodes = await env.nodes();
+    const wire = chosen.map((pid) => {
+      const n = nodes.find((x) => x.spec?.providerID === pid);
+      return { providerID: pid, name: n?.metadata.name ?? '' };
+    });
+    await ca.call('NodeGroupDeleteNodes', { id, nodes: wire });
+    expect(await targetSize(id)).to.equal(2);
+    const after = await instances(id);
+    expect(after.filter((i) => chosen.includes(i.id)).map((i) => i.status.instanceState)).to.deep.equal([
+      'instanceDeleting',
+      'instanceDeleting',
+    ]);
+    const mcd = await deployment('flagged');
+    expect(mcd.spec?.replicas).to.equal(2);
+    expect(mcd.metadata.annotations?.[Annotation.TriggerDeletionByMCM] ?? '').to.match(
+      new RegExp(`${wire[0]?.name}~`),
+    );
+    // A retry (the autoscaler timed out and asks again) changes nothing.
+    await ca.call('NodeGroupDeleteNodes', { id, nodes: wire });
+    expect((await deployment('flagged')).spec?.replicas).to.equal(2);
+    const survivors = before
+      .slice(2)
+      .map((i) => i.id)
+      .sort();
+    await until('exactly the chosen machines gone', async () => {
+      const ids = (await instances(id)).map((i) => i.id).sort();
+      return JSON.stringify(ids) === JSON.stringify(survivors);
+    });
+    const names = new Set((await env.nodes()).map((n) => n.metadata.name));
+    for (const w of wire) expect(names.has(w.name), `node ${w.name} deleted`).to.equal(false);
+    // Below min (1): deleting both survivors is refused as a whole.
+    const rest = (await env.nodes()).filter((n) => survivors.includes(n.spec?.providerID ?? ''));
+    await expectCode(
+      ca.call('NodeGroupDeleteNodes', {
+        id,
+        nodes: rest.map((n) => ({ providerID: n.spec?.providerID, name: n.metadata.name })),
+      }),
+      status.FAILED_PRECONDITION,
+      /min size 1/,
+    );
+    // A node of another group is refused, and nothing is applied.
+    const other = (await instances(`${NS}/annotated`)).find(
+      (i) => i.status.instanceState === 'instanceRunning',
+    );
+    await expectCode(
+      ca.call('NodeGroupDeleteNodes', {
+        id,
+        nodes: [
+          { providerID: other?.id, name: 'x' },
+          { providerID: rest[0]?.spec?.providerID, name: rest[0]?.metadata.name },
+        ],
+      }),
+      status.INVALID_ARGUMENT,
+      /annotated/,
+    );
+    expect((await deployment('flagged')).spec?.replicas).to.equal(2);
+  });
+
+  it('reports failed creations with their error class and DecreaseTargetSize removes only unregistered capacity, clamping at min', async () => {
+    await env.createDeployment('tight', 4, 'tight');
+    await env.client.patch(
+      MachineDeploymentResource,
+      'tight',
+      { metadata: { annotations: { [GroupAnnotation.MinSize]: '1', [GroupAnnotation.MaxSize]: '8' } } },
+      { type: 'merge', namespace: NS },
+    );
+    const id = `${NS}/tight`;
+    const list = await until('2 running and 2 out-of-resources instances', async () => {
+      const l = await instances(id).catch(() => []);
+      const running = l.filter((i) => i.status.instanceState === 'instanceRunning').length;
+      const oor = l.filter((i) => i.status.errorInfo?.instanceErrorClass === 1).length;
+      return running === 2 && oor === 2 ? l : undefined;
+    });
+    const failed = list.filter((i) => i.status.errorInfo !== undefined && i.status.errorInfo !== null);
+    for (const f of failed) {
+      expect(f.id).to.match(/^requested:\/\//);
+      expect(f.status.instanceState).to.equal('instanceCreating');
+      expect(f.status.errorInfo?.errorCode).to.equal('ResourceExhausted');
+    }
+    await expectCode(
+      ca.call('NodeGroupDecreaseTargetSize', { id, delta: -3 }),
+      status.FAILED_PRECONDITION,
+      /registered/,
+    );
+    await expectCode(ca.call('NodeGroupDecreaseTargetSize', { id, delta: 1 }), status.INVALID_ARGUMENT);
+    await ca.call('NodeGroupDecreaseTargetSize', { id, delta: -2 });
+    expect(await targetSize(id)).to.equal(2);
+    const running = list
+      .filter((i) => i.status.instanceState === 'instanceRunning')
+      .map((i) => i.id)
+      .sort();
+    await until('only the registered machines remain', async () => {
+      const ids = (await instances(id)).map((i) => i.id).sort();
+      return JSON.stringify(ids) === JSON.stringify(running);
+    });
+    const machines = await env.machines('tight');
+    expect(machines.map(phaseOf).every((p) => p === 'Running')).to.equal(true);
+  });
+
+  it('TemplateNodeInfo encodes the class nodeTemplate and deployment labels/taints into fields 1 and 2; UNIMPLEMENTED without a nodeTemplate', async () => {
+    await env.client.patch(
+      MachineDeploymentResource,
+      'flagged',
+      {
+        spec: {
+          template: {
+            spec: {
+              nodeTemplate: {
+                metadata: { labels: { pool: 'blue' } },
+                spec: { taints: [{ key: 'dedicated', value: 'blue', effect: 'NoSchedule' }] },
+              },
+            },
+          },
+        },
+      },
+      { type: 'merge', namespace: NS },
+    );
+    const res = await until('template with the pool label', async () => {
+      const r = await ca.call('NodeGroupTemplateNodeInfo', { id: `${NS}/flagged` });
+      const n = decodeNode(r.nodeBytes as Buffer) as { metadata: { labels: Record<string, string> } };
+      return n.metadata.labels.pool === 'blue' ? r : undefined;
+    });
+    expect(Buffer.compare(res.nodeInfo as Buffer, res.nodeBytes as Buffer)).to.equal(0);
+    const node = decodeNode(res.nodeBytes as Buffer) as {
+      metadata: { labels: Record<string, string> };
+      spec: { taints: { key: string; effect: string }[] };
+      status: {
+        capacity: Record<string, { string: string }>;
+        allocatable: Record<string, { string: string }>;
+        conditions: { type: string; status: string }[];
+      };
+    };
+    expect(node.status.capacity.cpu?.string).to.equal('2');
+    expect(node.status.capacity.pods?.string).to.equal('110');
+    expect(node.status.allocatable.memory?.string).to.equal('4Gi');
+    expect(node.metadata.labels['node.kubernetes.io/instance-type']).to.equal('v-medium');
+    expect(node.metadata.labels['topology.kubernetes.io/zone']).to.equal('eu-virtual-a');
+    expect(node.spec.taints.map((t) => `${t.key}:${t.effect}`)).to.deep.equal(['dedicated:NoSchedule']);
+    expect(node.status.conditions.find((c) => c.type === 'Ready')?.status).to.equal('True');
+    await expectCode(
+      ca.call('NodeGroupTemplateNodeInfo', { id: `${NS}/annotated` }),
+      status.UNIMPLEMENTED,
+      /no nodeTemplate/,
+    );
+  });
+
+  it('refuses scale-down during a rollout with a message saying when it is possible again, and serves scale-up', async () => {
+    const id = `${NS}/annotated`;
+    await runningIds(id, 1);
+    await env.scale('annotated', 2);
+    await runningIds(id, 2);
+    await env.createClass('bare2', { bootDelay: '1h' });
+    await env.client.patch(
+      MachineDeploymentResource,
+      'annotated',
+      { spec: { template: { spec: { class: { kind: 'MachineClass', name: 'bare2' } } } } },
+      { type: 'merge', namespace: NS },
+    );
+    const nodes = await env.nodes();
+    const old = (await instances(id)).find((i) => i.status.instanceState === 'instanceRunning');
+    const n = nodes.find((x) => x.spec?.providerID === old?.id);
+    await until(
+      'rollout visible',
+      async () =>
+        (await env.client.list(MachineDeploymentResource, { namespace: NS })).items.length > 0 &&
+        (await instances(id)).length > 2,
+    );
+    await expectCode(
+      ca.call('NodeGroupDeleteNodes', { id, nodes: [{ providerID: old?.id, name: n?.metadata.name }] }),
+      status.FAILED_PRECONDITION,
+      /rolling out.*once the rollout has replaced them/,
+    );
+    const size = await targetSize(id);
+    await ca.call('NodeGroupIncreaseSize', { id, delta: 1 });
+    expect(await targetSize(id)).to.equal(size + 1);
+  });
+
+  it('answers GPU, pricing, options and health calls as configured', async () => {
+    expect((await ca.call('GPULabel')).label).to.equal('');
+    expect((await ca.call('GetAvailableGPUTypes')).gpuTypes).to.deep.equal({});
+    await expectCode(ca.call('PricingNodePrice', {}), status.UNIMPLEMENTED);
+    await expectCode(
+      ca.call('NodeGroupGetOptions', { id: `${NS}/flagged` }),
+      status.UNIMPLEMENTED,
+      /MaxNodeStartupTime/,
+    );
+    await ca.call('Refresh');
+    await ca.call('Cleanup');
+    const text = await manager.registry.metrics();
+    expect(text).to.match(
+      /mcm_autoscaler_grpc_requests_total\{method="NodeGroupIncreaseSize",code="FAILED_PRECONDITION"\} [1-9]/,
+    );
+  });
+});

@@ -1,0 +1,118 @@
+import { chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+
+import { expect } from 'chai';
+
+import {
+  autoscalerDefaultFlags,
+  autoscalerHasFlag,
+  externalGrpcCloudConfig,
+} from '../../harness/autoscaler.js';
+import {
+  autoscalerBinaryPath,
+  autoscalerComponent,
+  autoscalerUnavailableReason,
+  autoscalerVersions,
+  newestAutoscalerVersion,
+  readToolVersions,
+} from '../../harness/tools.js';
+
+describe('test harness: cluster-autoscaler versions and flags', () => {
+  const saved = { tools: process.env.MCM_TOOLS_DIR, sources: process.env.MCM_CA_SOURCES_DIR };
+  let dir: string;
+
+  beforeEach(() => {
+    dir = mkdtempSync(path.join(tmpdir(), 'mcm-ca-tools-'));
+    process.env.MCM_TOOLS_DIR = path.join(dir, 'tools');
+    process.env.MCM_CA_SOURCES_DIR = path.join(dir, 'sources');
+  });
+
+  afterEach(() => {
+    for (const [key, value] of [
+      ['MCM_TOOLS_DIR', saved.tools],
+      ['MCM_CA_SOURCES_DIR', saved.sources],
+    ] as const) {
+      if (value === undefined) Reflect.deleteProperty(process.env, key);
+      else process.env[key] = value;
+    }
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  function fakeBinary(version: string): string {
+    const bin = path.join(dir, 'tools', `cluster-autoscaler-${version}`, 'bin');
+    mkdirSync(bin, { recursive: true });
+    const p = path.join(bin, 'cluster-autoscaler');
+    writeFileSync(p, '#!/bin/sh\n');
+    chmodSync(p, 0o755);
+    return p;
+  }
+
+  it('lists the module-proxy release first and the source-built releases after it, oldest first', () => {
+    const versions = autoscalerVersions();
+    expect(versions[0]).to.equal(readToolVersions().CLUSTER_AUTOSCALER_VERSION);
+    expect(versions).to.include.members(['1.33.0', '1.34.5', '1.35.2', '1.36.1']);
+    expect(newestAutoscalerVersion()).to.equal(versions[versions.length - 1]);
+    expect(autoscalerComponent('1.36.1')).to.equal('cluster-autoscaler-1.36');
+  });
+
+  it('gives a skip reason only for a source-built version whose sources directory is absent', () => {
+    const reason = autoscalerUnavailableReason('1.36.1');
+    expect(reason).to.be.a('string').and.to.contain(path.join(dir, 'sources')).and.to.contain('absent');
+    // The proxy release never has a reason to be missing: the test must fail instead.
+    expect(autoscalerUnavailableReason('1.33.0')).to.equal(undefined);
+    expect(() => autoscalerBinaryPath('1.36.1')).to.throw(/absent/);
+  });
+
+  it('names the missing tarball when the directory exists without it', () => {
+    mkdirSync(path.join(dir, 'sources'));
+    expect(autoscalerUnavailableReason('1.35.2')).to.contain(
+      'cluster-autoscaler-1.35.2-externalgrpc-minsrc.tar.gz',
+    );
+  });
+
+  it('gives no reason when the sources are there but the build is missing, and the path lookup names the build command', () => {
+    mkdirSync(path.join(dir, 'sources'));
+    writeFileSync(path.join(dir, 'sources', 'cluster-autoscaler-1.34.5-externalgrpc-minsrc.tar.gz'), '');
+    expect(autoscalerUnavailableReason('1.34.5')).to.equal(undefined);
+    expect(() => autoscalerBinaryPath('1.34.5')).to.throw(/hack\/tools\.sh cluster-autoscaler-1\.34/);
+  });
+
+  it('finds a built binary by version, even without the sources', () => {
+    const p = fakeBinary('1.36.1');
+    expect(autoscalerUnavailableReason('1.36.1')).to.equal(undefined);
+    expect(autoscalerBinaryPath('1.36.1')).to.equal(p);
+  });
+
+  it('rejects a version that is not pinned', () => {
+    expect(() => autoscalerBinaryPath('1.30.0')).to.throw(/not pinned/);
+  });
+
+  it('leaves out flags a version does not have', () => {
+    expect(autoscalerHasFlag('1.34.5', 'max-node-startup-time')).to.equal(false);
+    expect(autoscalerHasFlag('1.35.2', 'max-node-startup-time')).to.equal(true);
+    expect(autoscalerDefaultFlags('1.33.0')).not.to.have.property('max-node-startup-time');
+    expect(autoscalerDefaultFlags('1.36.1')).to.have.property('max-node-startup-time', '60s');
+    expect(autoscalerDefaultFlags('1.36.1')).to.include({ 'leader-elect': false, 'scan-interval': '1s' });
+  });
+
+  it('writes the externalgrpc cloud-config keys (address, cert, key, cacert, grpc_timeout)', () => {
+    expect(externalGrpcCloudConfig({ address: '127.0.0.1:9000' })).to.equal('address: "127.0.0.1:9000"\n');
+    expect(
+      externalGrpcCloudConfig({
+        address: '127.0.0.1:9000',
+        tls: { certFile: '/c/client.crt', keyFile: '/c/client.key', caFile: '/c/ca.crt' },
+        grpcTimeout: '10s',
+      }),
+    ).to.equal(
+      [
+        'address: "127.0.0.1:9000"',
+        'cert: "/c/client.crt"',
+        'key: "/c/client.key"',
+        'cacert: "/c/ca.crt"',
+        'grpc_timeout: "10s"',
+        '',
+      ].join('\n'),
+    );
+  });
+});
