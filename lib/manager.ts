@@ -21,7 +21,7 @@ import { RealClock, type Clock } from './kube/clock.js';
 import { NotFoundError, errorMessage, isTransient } from './kube/errors.js';
 import { KubeEventRecorder, type EventRecorder } from './kube/events.js';
 import { LeaderElector } from './kube/leaderelection.js';
-import { ObservabilityServer } from './observability/http.js';
+import { ObservabilityServer, readiness } from './observability/http.js';
 import type { Logger } from './observability/logger.js';
 import { newRegistry } from './observability/metrics.js';
 import { VIRTUAL_PROVIDER, VIRTUAL_PROVIDER_ID_PREFIX, virtualProvider } from './providers/virtual/index.js';
@@ -129,6 +129,7 @@ export class Manager {
       registry: this.registry,
       clock: this.clock,
       userAgent: deps.userAgent ?? 'machine-controller-manager-ts',
+      logger: this.log,
     };
     this.client = new KubeClient({ kubeConfig: control, ...clientOpts });
     const targetConfig =
@@ -175,13 +176,13 @@ export class Manager {
       this.registry,
       {
         healthy: () => !this.stopping,
-        ready: () => {
-          if (this.stopping) return { ready: false, reason: 'shutting down' };
-          if (this.config.leaderElect && !this.leading) return { ready: true, reason: '' };
-          return this.synced
-            ? { ready: true, reason: '' }
-            : { ready: false, reason: 'caches not synced yet' };
-        },
+        ready: () =>
+          readiness({
+            stopping: this.stopping,
+            synced: this.synced,
+            running: this.running,
+            standby: this.election !== undefined && !this.leading,
+          }),
       },
       this.log,
     );

@@ -127,6 +127,21 @@ export interface MachineConfiguration {
   nodeConditions?: string;
 }
 
+/**
+ * Every MachineConfiguration field. They change on existing machines in place: MachineSets copy
+ * them to their machines, and a MachineDeployment neither rolls nor hashes them.
+ */
+export const MACHINE_CONFIGURATION_FIELDS = [
+  'drainTimeout',
+  'healthTimeout',
+  'creationTimeout',
+  'inPlaceUpdateTimeout',
+  'machinePreserveTimeout',
+  'disableHealthTimeout',
+  'maxEvictRetries',
+  'nodeConditions',
+] as const satisfies readonly (keyof MachineConfiguration)[];
+
 /** Metadata and spec propagated from a machine to its Node. */
 export interface NodeTemplateSpec {
   metadata?: ObjectMeta;

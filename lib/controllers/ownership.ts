@@ -28,7 +28,10 @@ type Candidate = KubeObject | DeepReadonly<KubeObject>;
  * Decides which objects an owner controls, following the controller-ref rules of Kubernetes
  * controllers: an object with a controller reference belongs to that controller alone; an orphan
  * is adopted when the selector matches and neither side is being deleted; an owned object the
- * selector no longer matches is released. An empty selector matches nothing.
+ * selector no longer matches is released, unless the owner is being deleted (as in Kubernetes:
+ * an owner on its way out neither adopts nor releases). An empty selector matches nothing. One
+ * difference: an owned child that is itself being deleted is not released, only left out (it
+ * is not counted either way; releasing it would be a write for nothing).
  */
 export function planClaim<T extends Candidate>(
   owner: Owner,
@@ -43,7 +46,7 @@ export function planClaim<T extends Candidate>(
     if (ref !== undefined) {
       if (ref.uid !== owner.uid) continue;
       if (matches) plan.owned.push(c);
-      else if (c.metadata.deletionTimestamp === undefined) plan.release.push(c);
+      else if (!owner.deleting && c.metadata.deletionTimestamp === undefined) plan.release.push(c);
       continue;
     }
     if (!matches || owner.deleting || c.metadata.deletionTimestamp !== undefined) continue;

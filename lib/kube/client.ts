@@ -5,8 +5,9 @@ import { URL } from 'node:url';
 import type { KubeConfig } from '@kubernetes/client-node';
 import { Counter, Histogram, type Registry } from 'prom-client';
 
+import type { Logger } from '../observability/logger.js';
 import type { KubeList, KubeObject, Scale } from './types.js';
-import { RealClock, type Clock } from './clock.js';
+import { RealClock, type Clock, type TimerHandle } from './clock.js';
 import {
   AbortedError,
   KubeApiError,
@@ -15,6 +16,8 @@ import {
   WatchStalledError,
   errorFromResponse,
 } from './errors.js';
+import { ClientCredentials } from './credentials.js';
+import { OutageLog } from './outage.js';
 import { TokenBucket } from './ratelimit.js';
 import { CoreResources, resourceLabel, resourcePath, type ResourceType } from './resources.js';
 
@@ -96,6 +99,10 @@ export interface KubeClientOptions {
   requestTimeoutMs?: number;
   /** How many times a 429 (or 5xx with Retry-After) is retried after the delay the server asks for. */
   maxRetryAfter?: number;
+  /** How often the kubeconfig's CA, certificate and key files are checked for a change. */
+  credentialCheckIntervalMs?: number;
+  /** Reports credential reloads; optional. */
+  logger?: Logger;
 }
 
 interface ClientMetrics {
@@ -276,8 +283,8 @@ export class KubeClient implements KubeApi {
   private readonly userAgent: string;
   private readonly requestTimeoutMs: number;
   private readonly maxRetryAfter: number;
-  private tlsPrepared: Promise<https.AgentOptions> | undefined;
-  private agentReady: Promise<https.Agent | http.Agent> | undefined;
+  private readonly credentials: ClientCredentials;
+  private readonly outage: OutageLog | undefined;
 
   constructor(private readonly opts: KubeClientOptions) {
     const cluster = opts.kubeConfig.getCurrentCluster();
@@ -289,8 +296,20 @@ export class KubeClient implements KubeApi {
     this.userAgent = opts.userAgent ?? 'machine-controller-manager-ts';
     this.requestTimeoutMs = opts.requestTimeoutMs ?? 60_000;
     this.maxRetryAfter = opts.maxRetryAfter ?? 5;
-    // Placeholder until the TLS material is read; replaced on first request.
     this.agent = new http.Agent({ keepAlive: true });
+    this.outage =
+      opts.logger === undefined
+        ? undefined
+        : new OutageLog({
+            what: 'API requests',
+            log: opts.logger.child({ server: this.server.origin, userAgent: this.userAgent }),
+            clock: this.clock,
+          });
+    this.credentials = new ClientCredentials(opts.kubeConfig, {
+      clock: this.clock,
+      checkIntervalMs: opts.credentialCheckIntervalMs,
+      logger: opts.logger,
+    });
   }
 
   /** The API server URL this client talks to. */
@@ -298,42 +317,13 @@ export class KubeClient implements KubeApi {
     return this.server.toString();
   }
 
-  private tlsOptions(): Promise<https.AgentOptions> {
-    this.tlsPrepared ??= (async () => {
-      const o: https.RequestOptions = {};
-      await this.opts.kubeConfig.applyToHTTPSOptions(o);
-      const tls: https.AgentOptions = { keepAlive: true, keepAliveMsecs: 30_000, scheduling: 'lifo' };
-      if (o.ca !== undefined) tls.ca = o.ca;
-      if (o.cert !== undefined) tls.cert = o.cert;
-      if (o.key !== undefined) tls.key = o.key;
-      if (o.rejectUnauthorized !== undefined) tls.rejectUnauthorized = o.rejectUnauthorized;
-      if (o.servername !== undefined) tls.servername = o.servername;
-      return tls;
-    })();
-    return this.tlsPrepared;
-  }
-
+  /**
+   * The agent for the next request: for https, one carrying the current TLS material (cached,
+   * reloaded when its files change; see ClientCredentials).
+   */
   private getAgent(): Promise<https.Agent | http.Agent> {
-    this.agentReady ??= (async () => {
-      if (this.server.protocol === 'http:') return this.agent;
-      return new https.Agent(await this.tlsOptions());
-    })();
-    return this.agentReady;
-  }
-
-  /** Auth headers are computed per request: token files and exec plugins rotate credentials. */
-  private async authHeaders(): Promise<Record<string, string>> {
-    const o: https.RequestOptions = {};
-    await this.opts.kubeConfig.applyToHTTPSOptions(o);
-    const headers: Record<string, string> = {};
-    for (const [k, v] of Object.entries(o.headers ?? {})) {
-      if (typeof v === 'string') headers[k] = v;
-      else if (typeof v === 'number') headers[k] = String(v);
-    }
-    if (o.auth !== undefined && o.auth !== null) {
-      headers.Authorization = `Basic ${Buffer.from(o.auth).toString('base64')}`;
-    }
-    return headers;
+    if (this.server.protocol === 'http:') return Promise.resolve(this.agent);
+    return this.credentials.agent();
   }
 
   private buildUrl(path: string, query?: RequestSpec['query']): URL {
@@ -361,7 +351,7 @@ export class KubeClient implements KubeApi {
     const headers: Record<string, string> = {
       Accept: 'application/json',
       'User-Agent': this.userAgent,
-      ...(await this.authHeaders()),
+      ...(await this.credentials.headers()),
     };
     let payload: string | undefined;
     if (spec.body !== undefined) {
@@ -371,7 +361,7 @@ export class KubeClient implements KubeApi {
     }
     const url = this.buildUrl(spec.path, spec.query);
     const lib = url.protocol === 'https:' ? https : http;
-    return new Promise<http.IncomingMessage>((resolve, reject) => {
+    const response = new Promise<http.IncomingMessage>((resolve, reject) => {
       const req = lib.request(url, { method: spec.method, headers, agent, signal: spec.signal }, (res) => {
         // A watch may legitimately be quiet for minutes; its own idle watchdog takes over.
         if (streaming) req.setTimeout(0);
@@ -405,6 +395,24 @@ export class KubeClient implements KubeApi {
       if (payload !== undefined) req.write(payload);
       req.end();
     });
+    return this.observeOutcome(response, spec);
+  }
+
+  /** Feeds the outage log: a 5xx or no answer is a failure, any other answer a success. */
+  private async observeOutcome(
+    response: Promise<http.IncomingMessage>,
+    spec: RequestSpec,
+  ): Promise<http.IncomingMessage> {
+    try {
+      const res = await response;
+      const code = res.statusCode ?? 0;
+      if (code >= 500) this.outage?.failure(`${spec.method} ${spec.path}: HTTP ${code}`);
+      else this.outage?.success();
+      return res;
+    } catch (err) {
+      if (!(err instanceof AbortedError)) this.outage?.failure(err);
+      throw err;
+    }
   }
 
   private async roundTrip(spec: RequestSpec): Promise<RawResponse> {
@@ -711,20 +719,20 @@ export class KubeClient implements KubeApi {
       );
     }
 
-    let idleTimer: ReturnType<typeof setTimeout> | undefined;
+    let idleTimer: TimerHandle | undefined;
     const channel = new AsyncChannel<WatchEvent<T>>(() => {
       cleanup();
       response.destroy();
     });
     const cleanup = (): void => {
-      if (idleTimer !== undefined) clearTimeout(idleTimer);
+      idleTimer?.cancel();
       idleTimer = undefined;
       opts.signal?.removeEventListener('abort', onOuterAbort);
     };
     const armIdle = (): void => {
       if (opts.idleTimeoutMs === undefined) return;
-      if (idleTimer !== undefined) clearTimeout(idleTimer);
-      idleTimer = setTimeout(() => {
+      idleTimer?.cancel();
+      idleTimer = this.clock.setTimeout(() => {
         cleanup();
         channel.fail(
           new WatchStalledError(
@@ -784,10 +792,9 @@ export class KubeClient implements KubeApi {
     return channel;
   }
 
-  /** Closes idle keep-alive sockets (call on shutdown). */
+  /** Closes keep-alive sockets (call on shutdown). */
   close(): void {
-    void this.getAgent().then((a) => {
-      a.destroy();
-    });
+    this.agent.destroy();
+    this.credentials.close();
   }
 }

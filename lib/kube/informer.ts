@@ -4,6 +4,7 @@ import type { KubeObject, Status } from './types.js';
 import type { Logger } from '../observability/logger.js';
 import { Backoff } from './backoff.js';
 import type { KubeApi, WatchEvent } from './client.js';
+import { OutageLog } from './outage.js';
 import { RealClock, type Clock, type TimerHandle } from './clock.js';
 import { AbortedError, GoneError, errorFromResponse } from './errors.js';
 import { resourceLabel, type ResourceType } from './resources.js';
@@ -207,6 +208,7 @@ export class Informer<T extends KubeObject> implements Lister<T> {
   private loop: Promise<void> | undefined;
   private resyncTimer: TimerHandle | undefined;
   private sleepAbort: AbortController | undefined;
+  private readonly outage: OutageLog;
 
   constructor(private readonly opts: InformerOptions<T>) {
     this.clock = opts.clock ?? new RealClock();
@@ -221,6 +223,7 @@ export class Informer<T extends KubeObject> implements Lister<T> {
       resetAfterMs: 120_000,
       clock: this.clock,
     });
+    this.outage = new OutageLog({ what: 'list/watch', log: this.log, clock: this.clock });
     this.addIndexer(NAMESPACE_INDEX, namespaceIndex);
     this.addIndexer(CONTROLLER_UID_INDEX, controllerOwnerUIDIndex);
   }
@@ -405,7 +408,9 @@ export class Informer<T extends KubeObject> implements Lister<T> {
           continue;
         }
         const delay = this.backoff.next();
-        this.log.warn('list/watch failed, retrying', { err, retryInMs: Math.round(delay) });
+        // One failure is routine (a watch connection dropped); the outage log warns on repeats.
+        this.log.verbose('list/watch failed, retrying', { err, retryInMs: Math.round(delay) });
+        this.outage.failure(err);
         this.sleepAbort = new AbortController();
         const onAbort = (): void => this.sleepAbort?.abort();
         signal.addEventListener('abort', onAbort, { once: true });
@@ -430,6 +435,7 @@ export class Informer<T extends KubeObject> implements Lister<T> {
       signal,
     });
     if (signal.aborted) return;
+    this.outage.success();
     const initial = !this.synced;
     const seen = new Set<string>();
     for (const raw of items) {
@@ -473,6 +479,7 @@ export class Informer<T extends KubeObject> implements Lister<T> {
       idleTimeoutMs: this.opts.idleTimeoutMs ?? DEFAULT_WATCH_IDLE_TIMEOUT_MS,
       signal,
     });
+    this.outage.success();
     let events = 0;
     for await (const ev of stream) {
       if (signal.aborted) break;

@@ -8,8 +8,33 @@ import type { Logger } from './logger.js';
 export interface HealthSource {
   /** Process is alive and its loops are running. */
   healthy(): boolean;
-  /** Ready to do its job: caches synced and (when electing) leading or standing by. */
+  /** Ready to do its job; see readiness() for what that means for the manager. */
   ready(): { ready: boolean; reason: string };
+}
+
+/** What readiness is judged from: a replica of the manager at one moment. */
+export interface ReplicaState {
+  stopping: boolean;
+  /** Every informer has listed once (the caches hold the cluster's state). */
+  synced: boolean;
+  /** This replica runs the controllers (it leads, or runs without leader election). */
+  running: boolean;
+  /** This replica campaigns for the Lease without holding it. */
+  standby: boolean;
+}
+
+/**
+ * /readyz: 200 once the caches are synced and this replica either runs the controllers (the
+ * leader, or the only replica without leader election) or stands by warm for the Lease (caches
+ * synced, campaigning). A replica still listing, one that holds the Lease but has not started its
+ * controllers, and one shutting down are not ready.
+ */
+export function readiness(s: ReplicaState): { ready: boolean; reason: string } {
+  if (s.stopping) return { ready: false, reason: 'shutting down' };
+  if (!s.synced) return { ready: false, reason: 'caches not synced yet' };
+  if (s.running) return { ready: true, reason: 'leading' };
+  if (s.standby) return { ready: true, reason: 'standing by for leadership' };
+  return { ready: false, reason: 'controllers not started yet' };
 }
 
 /** Serves /metrics (Prometheus), /healthz and /readyz. */

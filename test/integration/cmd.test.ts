@@ -11,17 +11,25 @@ import { until } from './env/until.js';
 
 const managerScript = path.join(repoRoot, 'dist', 'cmd', 'manager.js');
 
-function status(port: number, p: string): Promise<number> {
+function get(port: number, p: string): Promise<{ status: number; body: string }> {
   return new Promise((resolve) => {
     http
       .get(`http://127.0.0.1:${port}${p}`, (res) => {
-        res.resume();
-        resolve(res.statusCode ?? 0);
+        let body = '';
+        res.setEncoding('utf8');
+        res.on('data', (d: string) => (body += d));
+        res.on('end', () => {
+          resolve({ status: res.statusCode ?? 0, body });
+        });
       })
       .on('error', () => {
-        resolve(0);
+        resolve({ status: 0, body: '' });
       });
   });
+}
+
+async function status(port: number, p: string): Promise<number> {
+  return (await get(port, p)).status;
 }
 
 function run(args: string[]): {
@@ -72,14 +80,23 @@ describe('the machine-controller-manager command', function () {
       '--leader-elect=true',
       '--v=2',
     ]);
+    // Ready means caches synced and leading or standing by; this test needs the leader with its
+    // controllers running. The leader gauge turns 1 in the same tick that starts the controllers,
+    // so it (not the Lease object, written a moment earlier) is the state to wait for.
     await until('ready', async () => (await status(port, '/readyz')) === 200, 60_000);
-    await until('lease held', async () => {
-      const r = await cp.request(
-        'GET',
-        '/apis/coordination.k8s.io/v1/namespaces/default/leases/machine-controller-manager',
-      );
-      return (r.body as { spec?: { holderIdentity?: string } }).spec?.holderIdentity?.includes('_') === true;
-    });
+    await until(
+      'leading',
+      async () =>
+        (await get(port, '/metrics')).body.includes(
+          'leader_election_master_status{name="machine-controller-manager"} 1',
+        ),
+      60_000,
+    );
+    const held = await cp.request(
+      'GET',
+      '/apis/coordination.k8s.io/v1/namespaces/default/leases/machine-controller-manager',
+    );
+    expect((held.body as { spec?: { holderIdentity?: string } }).spec?.holderIdentity).to.contain('_');
     expect(await status(port, '/healthz')).to.equal(200);
     p.kill('SIGTERM');
     expect(await p.exited, p.stderr()).to.equal(0);

@@ -11,6 +11,7 @@ import { nullLogger } from '../../lib/observability/logger.js';
 import { newRegistry } from '../../lib/observability/metrics.js';
 import { startControlPlane, type ControlPlane } from '../harness/controlplane.js';
 import { FaultProxy } from '../harness/proxy.js';
+import { until } from './env/until.js';
 
 interface ConfigMap extends KubeObject {
   data?: Record<string, string>;
@@ -132,6 +133,7 @@ describe('informer against a real kube-apiserver', function () {
       expect(listRequests, 'paginated list requests').to.be.at.least(TOTAL / 500);
 
       let counter = 0;
+      let writes = 0;
       const state = { churning: true };
       /** Creates, updates and deletes at random, retrying through outages, until stopped. */
       const churn = (async () => {
@@ -154,6 +156,7 @@ describe('informer against a real kube-apiserver', function () {
                 data: { v: String(++counter) },
               });
             }
+            writes++;
           } catch (err) {
             if (
               !isNotFound(err) &&
@@ -167,26 +170,49 @@ describe('informer against a real kube-apiserver', function () {
         }
       })();
 
+      const events = (): Promise<number> => metricValue(registry, 'informer_events_total', {});
+      /** Waits until the informer has received `n` more watch events than it has now. */
+      const moreEvents = async (what: string, n: number): Promise<void> => {
+        const from = await events();
+        await until(what, async () => (await events()) >= from + n, 60_000);
+      };
+      /** Waits until the churn has written `n` more times. */
+      const moreWrites = async (what: string, n: number): Promise<void> => {
+        const from = writes;
+        await until(what, () => writes >= from + n, 60_000);
+      };
+
       // 1. churn while connected
-      await new Promise((r) => setTimeout(r, 4000));
+      await moreEvents('watch events during the churn', 200);
 
       // 2. apiserver restart in the middle of the churn
       await cp.restartApiServer();
-      await new Promise((r) => setTimeout(r, 3000));
+      await moreEvents('watch events after the apiserver restart', 100);
 
       // 3. the connection stalls silently (no reset): the watchdog must notice
       const stalledBefore = await metricValue(registry, 'informer_watch_errors_total', { reason: 'Stalled' });
       proxy.pause();
-      await new Promise((r) => setTimeout(r, 3000));
+      await until(
+        'the watchdog reporting the stalled watch',
+        async () =>
+          (await metricValue(registry, 'informer_watch_errors_total', { reason: 'Stalled' })) > stalledBefore,
+        60_000,
+      );
       // 4. while the informer is cut off: more churn, etcd compaction and a restart that drops the
       //    apiserver's watch cache, so the informer's resourceVersion is gone when it comes back
       await cp.compactEtcd();
       await cp.restartApiServer();
-      await new Promise((r) => setTimeout(r, 3000));
+      await moreWrites('churn while the informer is cut off', 200);
       await cp.compactEtcd();
+      const listsBefore = await metricValue(registry, 'informer_lists_total', {});
       proxy.cut();
       proxy.resume();
-      await new Promise((r) => setTimeout(r, 5000));
+      await until(
+        'a re-list after the 410',
+        async () => (await metricValue(registry, 'informer_lists_total', {})) > listsBefore,
+        60_000,
+      );
+      await moreEvents('watch events after reconnecting', 100);
 
       state.churning = false;
       await churn;

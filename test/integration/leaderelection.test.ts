@@ -18,6 +18,8 @@ interface Transition {
   event: string;
   identity: string;
   at: number;
+  /** On "leader": the holder this candidate observed. */
+  leader?: string;
 }
 
 /** A candidate process and the transitions it printed. */
@@ -62,11 +64,16 @@ class Candidate {
     return leading && !this.exited;
   }
 
-  /** Resolves with the time of the first transition of this kind after `after`. */
-  waitFor(event: string, timeoutMs: number, after = 0): Promise<number> {
+  /** Resolves with the time of the first transition of this kind after `after` (that `match`es). */
+  waitFor(
+    event: string,
+    timeoutMs: number,
+    after = 0,
+    match: (t: Transition) => boolean = () => true,
+  ): Promise<number> {
     return new Promise((resolve, reject) => {
       const check = (): boolean => {
-        const t = this.transitions.find((x) => x.event === event && x.at >= after);
+        const t = this.transitions.find((x) => x.event === event && x.at >= after && match(x));
         if (t !== undefined) {
           resolve(t.at);
           return true;
@@ -126,6 +133,21 @@ describe('leader election on a real Lease (two processes)', function () {
     };
   }
 
+  /**
+   * The candidate that won the first election, once the other has observed it as the holder: from
+   * then on the follower tracks the Lease's renewals and a handover can be timed.
+   */
+  async function electedPair(
+    a: Candidate,
+    b: Candidate,
+  ): Promise<{ leader: Candidate; follower: Candidate }> {
+    await Promise.race([a.waitFor('started', 30_000), b.waitFor('started', 30_000)]);
+    const leader = leaderOf([a, b]);
+    const follower = leader === a ? b : a;
+    await follower.waitFor('leader', 30_000, 0, (t) => t.leader === leader.identity);
+    return { leader, follower };
+  }
+
   function leaderOf(list: Candidate[]): Candidate {
     const leaders = list.filter((c) => c.leading());
     expect(leaders, 'exactly one leader').to.have.length(1);
@@ -139,10 +161,8 @@ describe('leader election on a real Lease (two processes)', function () {
     const b = new Candidate(cp, 'kill-test', 'candidate-b');
     candidates.push(a, b);
     const exclusive = watchExclusive([a, b]);
-    await Promise.race([a.waitFor('started', 30_000), b.waitFor('started', 30_000)]);
-    await new Promise((r) => setTimeout(r, 5000));
-    const leader = leaderOf([a, b]);
-    const follower = leader === a ? b : a;
+    const { leader, follower } = await electedPair(a, b);
+    expect(leaderOf([a, b])).to.equal(leader);
     expect(await leaseHolder('kill-test')).to.equal(leader.identity);
 
     const killedAt = Date.now();
@@ -161,10 +181,7 @@ describe('leader election on a real Lease (two processes)', function () {
     const b = new Candidate(cp, 'release-test', 'candidate-d');
     candidates.push(a, b);
     const exclusive = watchExclusive([a, b]);
-    await Promise.race([a.waitFor('started', 30_000), b.waitFor('started', 30_000)]);
-    await new Promise((r) => setTimeout(r, 3000));
-    const leader = leaderOf([a, b]);
-    const follower = leader === a ? b : a;
+    const { leader, follower } = await electedPair(a, b);
 
     const stoppedAt = Date.now();
     leader.kill('SIGTERM');

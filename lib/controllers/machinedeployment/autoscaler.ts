@@ -15,7 +15,13 @@ import { isNotFound } from '../../kube/errors.js';
 import type { DeepReadonly } from '../../kube/informer.js';
 import { rfc3339 } from '../conditions.js';
 import { controllerRefOf, isFailed, isTerminating } from '../machines.js';
-import { replicasOf, type DeploymentPass } from './sync.js';
+import {
+  patchDeploymentAnnotations,
+  updateMachineSet,
+  type DeploymentState,
+  type PassContext,
+} from './pass.js';
+import { replicasOf } from './sets.js';
 
 type AnyMachine = Machine | DeepReadonly<Machine>;
 type AnyDeployment = MachineDeployment | DeepReadonly<MachineDeployment>;
@@ -138,31 +144,36 @@ export function machineMarkPatch(m: AnyMachine, time: string): Record<string, st
 }
 
 /**
- * Applies the deletion protocol for one pass. Returns false when machines were just marked: the
- * replica change that goes with the marks must wait until the machine cache shows them, or the
+ * Applies the deletion protocol for one pass. `marked` when machines were just marked: the replica
+ * change that goes with the marks must then wait until the machine cache shows them, or the
  * MachineSet controller could pick other machines to delete first.
  */
-export async function processTriggerDeletion(pass: DeploymentPass): Promise<boolean> {
-  const setUIDs = new Set(pass.sets.map((s) => s.metadata.uid ?? ''));
-  const machines = pass.deps.informers.machines;
+export async function processTriggerDeletion(
+  ctx: PassContext,
+  initial: DeploymentState,
+): Promise<{ state: DeploymentState; marked: boolean }> {
+  let state = initial;
+  const mcd = state.mcd;
+  const setUIDs = new Set(state.sets.map((s) => s.metadata.uid ?? ''));
+  const machines = ctx.deps.informers.machines;
   const plan = planTriggerDeletion({
-    mcd: pass.mcd,
-    now: pass.now,
-    machine: (name) => machines.get(pass.mcd.metadata.namespace, name),
+    mcd,
+    now: ctx.now,
+    machine: (name) => machines.get(mcd.metadata.namespace, name),
     ownedByDeployment: (m) => {
       const ref = controllerRefOf(m);
       return ref !== undefined && ref.uid !== '' && setUIDs.has(ref.uid);
     },
   });
-  if (plan === undefined) return true;
-  for (const d of plan.dropped) pass.log.verbose('dropping trigger-deletion entry', d);
+  if (plan === undefined) return { state, marked: false };
+  for (const d of plan.dropped) ctx.log.verbose('dropping trigger-deletion entry', d);
 
   if (plan.changed) {
     const changes: Record<string, string | null> = { [Annotation.TriggerDeletionByMCM]: plan.value ?? null };
     if (plan.setScalerTime !== undefined)
       changes[Annotation.LastDeploymentReplicaChangeByScalerTime] = plan.setScalerTime;
-    await pass.patchDeploymentAnnotations(changes);
-    pass.log.info('updated the machines the autoscaler asked to delete', {
+    state = await patchDeploymentAnnotations(ctx, state, changes);
+    ctx.log.info('updated the machines the autoscaler asked to delete', {
       machines: plan.marks.map((m) => m.name),
       dropped: plan.dropped.length,
     });
@@ -170,12 +181,12 @@ export async function processTriggerDeletion(pass: DeploymentPass): Promise<bool
 
   let marked = false;
   for (const { name, time } of plan.marks) {
-    const m = machines.get(pass.mcd.metadata.namespace, name);
+    const m = machines.get(mcd.metadata.namespace, name);
     if (m === undefined) continue;
     const annotations = machineMarkPatch(m, time);
     if (annotations === undefined) continue;
     try {
-      await pass.deps.client.patch(
+      await ctx.deps.client.patch(
         MachineResource,
         name,
         { metadata: { annotations } },
@@ -185,28 +196,32 @@ export async function processTriggerDeletion(pass: DeploymentPass): Promise<bool
         },
       );
       marked = true;
-      pass.log.info('marked machine for deletion by the autoscaler', { machine: name, markedAt: time });
+      ctx.log.info('marked machine for deletion by the autoscaler', { machine: name, markedAt: time });
     } catch (err) {
       if (!isNotFound(err)) throw err;
     }
   }
-  return !marked;
+  return { state, marked };
 }
 
 /**
  * Copies the deployment's scaler time to every set that may have it: sets whose replica count
  * already reflects the deployment's (desired-replicas equals spec.replicas) and sets scaled to
- * zero. A set still waiting for its new size gets it with the size (DeploymentPass.scaleMachineSet).
+ * zero. A set still waiting for its new size gets it with the size (scaleMachineSet).
  */
-export async function propagateScalerTime(pass: DeploymentPass): Promise<void> {
-  const scalerTime = pass.mcd.metadata.annotations?.[Annotation.LastDeploymentReplicaChangeByScalerTime];
-  if (scalerTime === undefined) return;
-  for (const ms of [...pass.sets]) {
+export async function propagateScalerTime(
+  ctx: PassContext,
+  initial: DeploymentState,
+): Promise<DeploymentState> {
+  let state = initial;
+  const scalerTime = state.mcd.metadata.annotations?.[Annotation.LastDeploymentReplicaChangeByScalerTime];
+  if (scalerTime === undefined) return state;
+  for (const ms of initial.sets) {
     if (ms.metadata.deletionTimestamp !== undefined) continue;
     if (ms.metadata.annotations?.[Annotation.LastDeploymentReplicaChangeByScalerTime] === scalerTime)
       continue;
     const desired = ms.metadata.annotations?.[Annotation.DesiredReplicas];
-    if (replicasOf(ms) !== 0 && desired !== String(replicasOf(pass.mcd))) continue;
+    if (replicasOf(ms) !== 0 && desired !== String(replicasOf(state.mcd))) continue;
     const next: MachineSet = {
       ...ms,
       metadata: {
@@ -217,6 +232,7 @@ export async function propagateScalerTime(pass: DeploymentPass): Promise<void> {
         },
       },
     };
-    await pass.updateMachineSet(next);
+    state = await updateMachineSet(ctx, state, next);
   }
+  return state;
 }

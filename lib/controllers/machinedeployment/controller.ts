@@ -1,4 +1,5 @@
 import {
+  Annotation,
   EventReason,
   EventSource,
   Finalizer,
@@ -16,6 +17,7 @@ import {
 } from '../../api/types.js';
 import { formatValidationErrors, validateMachineDeployment } from '../../api/validation.js';
 import { Controller, type ReconcileContext, type ReconcileResult } from '../../kube/controller.js';
+import { jsonEqual } from '../../kube/equal.js';
 import { isConflict, isNotFound } from '../../kube/errors.js';
 import type { EventRecorder } from '../../kube/events.js';
 import { clone, objectKey, type DeepReadonly } from '../../kube/informer.js';
@@ -23,23 +25,25 @@ import { isEmptySelector } from '../../kube/labels.js';
 import type { Logger } from '../../observability/logger.js';
 import { findCondition, removeCondition, setCondition } from '../conditions.js';
 import type { ControllerContext } from '../context.js';
-import { controllerRefOf } from '../machines.js';
+import { controllerRefOf, isAvailable, isFailed, isTerminating } from '../machines.js';
 import { addFinalizer, cachedController, removeFinalizer, selectingOwners } from '../ownership.js';
-import { stableStringify } from './hash.js';
 import { processTriggerDeletion, propagateScalerTime } from './autoscaler.js';
+import { claimMachineSets } from './claim.js';
+import { findNewMachineSet } from './newset.js';
+import {
+  deploymentTypeMeta,
+  initialState,
+  PassContext,
+  withCondition,
+  type DeploymentState,
+  type PassDeps,
+  type StepResult,
+} from './pass.js';
 import { ExtraProgressingReason, INVALID_SPEC_REASON, syncStatus, withPauseCondition } from './progress.js';
 import { rolloutRecreate } from './recreate.js';
 import { rollback } from './rollback.js';
 import { rolloutRolling } from './rolling.js';
-import {
-  claimMachineSets,
-  DeploymentPass,
-  deploymentTypeMeta,
-  findNewMachineSet,
-  isScalingEvent,
-  syncScaling,
-  type PassDeps,
-} from './sync.js';
+import { isScalingEvent, syncScaling } from './scale.js';
 
 /** MCM re-syncs every MachineDeployment this often even without events. */
 export const MACHINEDEPLOYMENT_RESYNC_MS = 10 * 60 * 1000;
@@ -50,6 +54,34 @@ const MARK_SETTLE_MS = 1000;
 type CachedDeployment = DeepReadonly<MachineDeployment>;
 type CachedMachineSet = DeepReadonly<MachineSet>;
 type CachedMachine = DeepReadonly<Machine>;
+
+/**
+ * What a MachineDeployment pass reads from one machine: its set (controller reference), whether it
+ * is going, available or failed (set sizes, rollout steps, the autoscaler protocol), its node
+ * (taints and scale-down protection), its preservation (scale-down protection stays) and the
+ * autoscaler's deletion marks (the pass waits for the cache to show them).
+ */
+function deploymentView(m: CachedMachine): string {
+  const annotations = m.metadata.annotations ?? {};
+  return JSON.stringify([
+    controllerRefOf(m)?.uid,
+    isTerminating(m),
+    isAvailable(m),
+    isFailed(m),
+    m.metadata.labels?.[Label.Node],
+    m.status?.currentStatus?.preserveExpiryTime,
+    annotations[Annotation.MachinePriority],
+    annotations[Annotation.MarkedForDeletionTime],
+  ]);
+}
+
+/**
+ * Whether a machine update can change a MachineDeployment's decision; most updates (heartbeats of
+ * lastOperation, conditions, node sync) cannot and do not enqueue it.
+ */
+export function machineUpdateMatters(old: CachedMachine, m: CachedMachine): boolean {
+  return deploymentView(old) !== deploymentView(m);
+}
 
 const IN_PLACE_UNSUPPORTED_MESSAGE =
   'The InPlaceUpdate strategy is not supported by this machine-controller-manager: the machine deployment is ' +
@@ -161,7 +193,9 @@ export class MachineDeploymentController {
         this.enqueueForMachine(m);
       },
       onUpdate: (old, m) => {
-        if (old.metadata.resourceVersion === m.metadata.resourceVersion) return;
+        if (!machineUpdateMatters(old, m)) return;
+        // A machine moved to another set: both deployments' counts change.
+        if (controllerRefOf(old)?.uid !== controllerRefOf(m)?.uid) this.enqueueForMachine(old);
         this.enqueueForMachine(m);
       },
       onDelete: (m) => {
@@ -216,12 +250,15 @@ export class MachineDeploymentController {
     }
 
     const sets = await claimMachineSets(this.ctx.client, this.ctx.informers, mcd, deleting);
-    const pass = new DeploymentPass(this.deps(), mcd, sets, log);
+    const ctx = new PassContext(this.deps(), log);
+    const state = initialState(mcd, sets);
     if (deleting) {
-      await this.terminate(pass);
+      await this.terminate(ctx, state);
       return {};
     }
-    return { requeueAfter: await this.sync(pass) };
+    const result = await this.sync(ctx, state);
+    ctx.throwDeferred(result.state.mcd);
+    return { requeueAfter: result.requeueAfter };
   }
 
   private deps(): PassDeps {
@@ -235,71 +272,101 @@ export class MachineDeploymentController {
     };
   }
 
-  /** The work of a live deployment, in MCM's order; returns when to reconcile again. */
-  private async sync(pass: DeploymentPass): Promise<number> {
-    const spec = pass.mcd.spec;
-    const strategy = spec?.strategy?.type;
-    pass.status.conditions = withPauseCondition(pass.status.conditions, spec?.paused === true, pass.now);
-    if (strategy !== StrategyType.InPlaceUpdate) this.clearInPlaceCondition(pass);
+  /**
+   * The work of a live deployment, in MCM's order: conditions, the autoscaler's deletion protocol,
+   * the strategy's step, the scaler time. Each step takes the state and returns the next one; the
+   * pass asks to be requeued at the earliest time a step asked for (at most the resync period).
+   */
+  private async sync(ctx: PassContext, initial: DeploymentState): Promise<StepResult> {
+    let state = this.withStrategyConditions(ctx, initial);
 
-    if (!(await processTriggerDeletion(pass))) {
-      await syncStatus(pass, findNewMachineSet(pass.mcd, pass.sets));
-      return MARK_SETTLE_MS;
+    const trigger = await processTriggerDeletion(ctx, state);
+    state = trigger.state;
+    if (trigger.marked) {
+      state = await syncStatus(ctx, state, findNewMachineSet(state.mcd, state.sets)?.metadata.uid);
+      return { state, requeueAfter: MARK_SETTLE_MS };
     }
 
-    let deadlineCheck: number | undefined;
-    if (spec?.paused === true) {
-      await syncStatus(pass, await syncScaling(pass, { createIfMissing: false }));
-    } else if (spec?.rollbackTo !== undefined) {
-      // The spec update re-enqueues the deployment; the rollout follows on the next pass.
-      await rollback(pass);
-      return MACHINEDEPLOYMENT_RESYNC_MS;
-    } else if (strategy === StrategyType.InPlaceUpdate) {
-      this.reportInPlaceUnsupported(pass);
-      // Creating the first set is no rollout: a new deployment still gets its machines.
-      await syncStatus(pass, await syncScaling(pass, { createIfMissing: pass.sets.length === 0 }));
-    } else if (this.scalingEvent(pass)) {
-      pass.log.verbose('scaling event', { replicas: pass.replicas });
-      await syncStatus(pass, await syncScaling(pass, { createIfMissing: false }));
-    } else if (strategy === StrategyType.Recreate) {
-      deadlineCheck = await rolloutRecreate(pass);
-    } else {
-      deadlineCheck = await rolloutRolling(pass);
+    const step = await this.strategyStep(ctx, state);
+    if (step.done === true) return step;
+    state = await propagateScalerTime(ctx, step.state);
+    return {
+      state,
+      requeueAfter: Math.min(step.requeueAfter ?? MACHINEDEPLOYMENT_RESYNC_MS, MACHINEDEPLOYMENT_RESYNC_MS),
+    };
+  }
+
+  /**
+   * The Progressing condition for pause, before any step; a condition about the unsupported
+   * InPlaceUpdate strategy is forgotten once the strategy changed, so no deadline runs from it.
+   */
+  private withStrategyConditions(ctx: PassContext, state: DeploymentState): DeploymentState {
+    const spec = state.mcd.spec;
+    let conditions = withPauseCondition(state.status.conditions, spec?.paused === true, ctx.now);
+    const progressing = findCondition(conditions, MachineDeploymentConditionType.Progressing);
+    if (
+      spec?.strategy?.type !== StrategyType.InPlaceUpdate &&
+      progressing?.reason === ExtraProgressingReason.InPlaceUpdateNotSupported
+    ) {
+      conditions = removeCondition(conditions, MachineDeploymentConditionType.Progressing);
     }
-    await propagateScalerTime(pass);
-    return Math.min(deadlineCheck ?? MACHINEDEPLOYMENT_RESYNC_MS, MACHINEDEPLOYMENT_RESYNC_MS);
+    return { ...state, status: { ...state.status, conditions } };
   }
 
-  private scalingEvent(pass: DeploymentPass): boolean {
-    const newSet = findNewMachineSet(pass.mcd, pass.sets);
-    return isScalingEvent({
-      replicas: pass.replicas,
-      newSet: newSet === undefined ? undefined : pass.stateOf(newSet),
-      allSets: pass.sets.map((s) => pass.stateOf(s)),
-    });
-  }
-
-  private reportInPlaceUnsupported(pass: DeploymentPass): void {
-    const cond = findCondition(pass.status.conditions, MachineDeploymentConditionType.Progressing);
-    if (cond?.reason === ExtraProgressingReason.InPlaceUpdateNotSupported) return;
-    pass.setCondition(
+  /** Progressing=False (InPlaceUpdateNotSupported) and a Warning event, once. */
+  private withInPlaceUnsupported(ctx: PassContext, state: DeploymentState): DeploymentState {
+    const cond = findCondition(state.status.conditions, MachineDeploymentConditionType.Progressing);
+    if (cond?.reason === ExtraProgressingReason.InPlaceUpdateNotSupported) return state;
+    ctx.event(
+      state.mcd,
+      'Warning',
+      ExtraProgressingReason.InPlaceUpdateNotSupported,
+      IN_PLACE_UNSUPPORTED_MESSAGE,
+    );
+    return withCondition(
+      state,
+      ctx.now,
       MachineDeploymentConditionType.Progressing,
       'False',
       ExtraProgressingReason.InPlaceUpdateNotSupported,
       IN_PLACE_UNSUPPORTED_MESSAGE,
     );
-    pass.event('Warning', ExtraProgressingReason.InPlaceUpdateNotSupported, IN_PLACE_UNSUPPORTED_MESSAGE);
   }
 
-  /** Forgets the unsupported-strategy condition once the strategy changed, so no deadline runs from it. */
-  private clearInPlaceCondition(pass: DeploymentPass): void {
-    const cond = findCondition(pass.status.conditions, MachineDeploymentConditionType.Progressing);
-    if (cond?.reason === ExtraProgressingReason.InPlaceUpdateNotSupported) {
-      pass.status.conditions = removeCondition(
-        pass.status.conditions,
-        MachineDeploymentConditionType.Progressing,
-      );
+  /** What the spec asks for now: scale only, roll back, or take one rollout step. */
+  private async strategyStep(
+    ctx: PassContext,
+    state: DeploymentState,
+  ): Promise<StepResult & { done?: boolean }> {
+    const spec = state.mcd.spec;
+    const strategy = spec?.strategy?.type;
+    const scaleOnly = async (from: DeploymentState, createIfMissing: boolean): Promise<StepResult> => {
+      const scaled = await syncScaling(ctx, from, { createIfMissing });
+      return { state: await syncStatus(ctx, scaled.state, scaled.newSetUID) };
+    };
+    if (spec?.paused === true) return scaleOnly(state, false);
+    if (spec?.rollbackTo !== undefined) {
+      // The spec update re-enqueues the deployment; the rollout follows on the next pass.
+      return { state: await rollback(ctx, state), requeueAfter: MACHINEDEPLOYMENT_RESYNC_MS, done: true };
     }
+    // Creating the first set is no rollout: a new InPlaceUpdate deployment still gets its machines.
+    if (strategy === StrategyType.InPlaceUpdate)
+      return scaleOnly(this.withInPlaceUnsupported(ctx, state), state.sets.length === 0);
+    if (this.scalingEvent(ctx, state)) {
+      ctx.log.verbose('scaling event', { replicas: state.mcd.spec?.replicas ?? 0 });
+      return scaleOnly(state, false);
+    }
+    if (strategy === StrategyType.Recreate) return rolloutRecreate(ctx, state);
+    return rolloutRolling(ctx, state);
+  }
+
+  private scalingEvent(ctx: PassContext, state: DeploymentState): boolean {
+    const newSet = findNewMachineSet(state.mcd, state.sets);
+    return isScalingEvent({
+      replicas: state.mcd.spec?.replicas ?? 0,
+      newSet: newSet === undefined ? undefined : ctx.stateOf(newSet),
+      allSets: state.sets.map((s) => ctx.stateOf(s)),
+    });
   }
 
   /** Warning event and ReplicaFailure=True (InvalidSpec) with the validation errors; nothing else. */
@@ -317,7 +384,7 @@ export class MachineDeploymentController {
       this.ctx.clock.now(),
       { withUpdateTime: true },
     );
-    if (stableStringify(conditions) === stableStringify(mcd.status?.conditions ?? [])) return;
+    if (jsonEqual(conditions, mcd.status?.conditions ?? [])) return;
     await this.ctx.client.updateStatus(MachineDeploymentResource, {
       ...deploymentTypeMeta(mcd),
       status: { ...(mcd.status ?? {}), conditions },
@@ -325,10 +392,10 @@ export class MachineDeploymentController {
   }
 
   /** Deleting: delete every set (their machines go with them), then let the deployment go. */
-  private async terminate(pass: DeploymentPass): Promise<void> {
-    const mcd = pass.mcd;
+  private async terminate(ctx: PassContext, state: DeploymentState): Promise<void> {
+    const mcd = state.mcd;
     if (!(mcd.metadata.finalizers ?? []).includes(Finalizer.MachineControllerManager)) return;
-    if (pass.sets.length === 0) {
+    if (state.sets.length === 0) {
       await removeFinalizer(
         this.ctx.client,
         MachineDeploymentResource,
@@ -337,20 +404,20 @@ export class MachineDeploymentController {
       );
       return;
     }
-    for (const ms of pass.sets) {
+    for (const ms of state.sets) {
       if (ms.metadata.deletionTimestamp !== undefined) continue;
       try {
         await this.ctx.client.delete(MachineSetResource, ms.metadata.name ?? '', {
           namespace: ms.metadata.namespace ?? '',
           preconditions: { uid: ms.metadata.uid ?? '' },
         });
-        pass.log.info('deleted machine set of a deleted machine deployment', {
+        ctx.log.info('deleted machine set of a deleted machine deployment', {
           machineSet: ms.metadata.name,
         });
       } catch (err) {
         if (!isNotFound(err)) throw err;
       }
     }
-    await syncStatus(pass, findNewMachineSet(mcd, pass.sets));
+    await syncStatus(ctx, state, findNewMachineSet(mcd, state.sets)?.metadata.uid);
   }
 }

@@ -4,15 +4,16 @@
 // "new" is decided by comparing templates, never by comparing hashes.
 
 import { Label } from '../../api/constants.js';
-import type { MachineTemplateSpec } from '../../api/types.js';
+import { MACHINE_CONFIGURATION_FIELDS, type MachineTemplateSpec } from '../../api/types.js';
+import { jsonEqual, withoutGoZeroValues } from '../../kube/equal.js';
 import type { DeepReadonly } from '../../kube/informer.js';
-import { MACHINE_CONFIGURATION_FIELDS } from '../machineset/propagate.js';
 
 type AnyTemplate = MachineTemplateSpec | DeepReadonly<MachineTemplateSpec>;
 
 /**
  * JSON with object keys sorted at every level, so that two equal values always serialise to the
- * same string whatever order their keys were written in.
+ * same string whatever order their keys were written in (the input of the template hash; to
+ * compare values, use jsonEqual).
  */
 export function stableStringify(value: unknown): string {
   return JSON.stringify(sortKeys(value));
@@ -27,35 +28,6 @@ function sortKeys(value: unknown): unknown {
     if (v !== undefined) out[key] = sortKeys(v);
   }
   return out;
-}
-
-/** Keys whose value is a free-form string map: an entry with an empty value is still an entry. */
-const STRING_MAPS = new Set(['labels', 'annotations']);
-
-/**
- * Drops Go zero values ("" / 0 / false / null / empty objects and arrays), so that a field written
- * as `""` compares equal to a missing one, as it does for the Go structs behind these objects.
- * Entries of label and annotation maps are kept as they are.
- */
-function withoutZeroValues(value: unknown, keepEntries = false): unknown {
-  if (Array.isArray(value)) {
-    const items = value.map((v) => withoutZeroValues(v));
-    return items.length === 0 ? undefined : items;
-  }
-  if (value === null || value === undefined || value === '' || value === 0 || value === false)
-    return undefined;
-  if (typeof value !== 'object') return value;
-  const out: Record<string, unknown> = {};
-  for (const [key, v] of Object.entries(value)) {
-    const kept = keepEntries && typeof v === 'string' ? v : withoutZeroValues(v, STRING_MAPS.has(key));
-    if (kept !== undefined) out[key] = kept;
-  }
-  return Object.keys(out).length === 0 ? undefined : out;
-}
-
-/** Compares two values the way Go's semantic equality does for these API structs. */
-export function semanticallyEqual(a: unknown, b: unknown): boolean {
-  return stableStringify(withoutZeroValues(a) ?? null) === stableStringify(withoutZeroValues(b) ?? null);
 }
 
 /**
@@ -82,12 +54,12 @@ export function rolloutRelevantTemplate(template: AnyTemplate): unknown {
     }
     copy.spec = spec;
   }
-  return withoutZeroValues(copy) ?? null;
+  return withoutGoZeroValues(copy) ?? null;
 }
 
 /** Whether two templates produce the same machines (gardener MCM's EqualIgnoreHash). */
 export function templatesEqualIgnoringHash(a: AnyTemplate, b: AnyTemplate): boolean {
-  return stableStringify(rolloutRelevantTemplate(a)) === stableStringify(rolloutRelevantTemplate(b));
+  return jsonEqual(rolloutRelevantTemplate(a), rolloutRelevantTemplate(b));
 }
 
 const FNV32_OFFSET_BASIS = 0x811c9dc5;

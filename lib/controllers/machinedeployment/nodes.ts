@@ -14,10 +14,10 @@ import {
 } from '../../api/constants.js';
 import type { Node, Taint } from '../../kube/types.js';
 import type { Machine, MachineSet } from '../../api/types.js';
-import { isConflict, isNotFound } from '../../kube/errors.js';
+import { isNotFound } from '../../kube/errors.js';
 import { clone, type DeepReadonly } from '../../kube/informer.js';
 import { CoreResources } from '../../kube/resources.js';
-import type { DeploymentPass } from './sync.js';
+import { splitSets, updateMachineSet, type DeploymentState, type PassContext } from './pass.js';
 
 type AnyNode = Node | DeepReadonly<Node>;
 type AnyTaint = Taint | DeepReadonly<Taint>;
@@ -79,19 +79,19 @@ export function scaleDownRestorePatch(node: AnyNode): Record<string, null> | und
 }
 
 /** Whether node work is possible: a target cluster and its node cache. */
-function nodeAccess(pass: DeploymentPass): boolean {
-  return pass.deps.target !== undefined && pass.deps.informers.nodes !== undefined;
+function nodeAccess(ctx: PassContext): boolean {
+  return ctx.deps.target !== undefined && ctx.deps.informers.nodes !== undefined;
 }
 
 /** The cached nodes backing a set's machines (machines without a node yet are skipped). */
 function nodesOf(
-  pass: DeploymentPass,
+  ctx: PassContext,
   ms: MachineSet,
 ): { machine: DeepReadonly<Machine>; node: DeepReadonly<Node> }[] {
-  const nodes = pass.deps.informers.nodes;
+  const nodes = ctx.deps.informers.nodes;
   if (nodes === undefined) return [];
   const out: { machine: DeepReadonly<Machine>; node: DeepReadonly<Node> }[] = [];
-  for (const machine of pass.machinesOf(ms)) {
+  for (const machine of ctx.machinesOf(ms)) {
     const name = machine.metadata.labels?.[Label.Node];
     if (name === undefined || name === '') continue;
     const node = nodes.get(undefined, name);
@@ -101,24 +101,24 @@ function nodesOf(
 }
 
 /**
- * Merge-patches a node; a failure is logged and reported as false (node bookkeeping must not stop
- * a rollout; the next pass tries again).
+ * Merge-patches a node. A failure does not stop the rollout (node bookkeeping must not hold
+ * machines back): it is reported as false and deferred to the end of the pass, which then fails
+ * so that the work queue retries with backoff.
  */
 async function patchNode(
-  pass: DeploymentPass,
+  ctx: PassContext,
   node: DeepReadonly<Node>,
   patch: unknown,
   what: string,
 ): Promise<boolean> {
-  const target = pass.deps.target;
+  const target = ctx.deps.target;
   if (target === undefined) return false;
   try {
     await target.patch(CoreResources.nodes, node.metadata.name ?? '', patch, { type: 'merge' });
     return true;
   } catch (err) {
     if (isNotFound(err)) return true;
-    const level = isConflict(err) ? 'verbose' : 'warn';
-    pass.log[level](`could not ${what} on node`, { node: node.metadata.name, err });
+    ctx.deferFailure(err, `could not ${what} on node ${node.metadata.name ?? ''}`);
     return false;
   }
 }
@@ -132,67 +132,74 @@ function taintPatch(node: DeepReadonly<Node>, taints: Taint[]): unknown {
 }
 
 async function setPreferNoScheduleAnnotation(
-  pass: DeploymentPass,
+  ctx: PassContext,
+  state: DeploymentState,
   ms: MachineSet,
   present: boolean,
-): Promise<void> {
+): Promise<DeploymentState> {
   const next = clone<MachineSet>(ms);
   const { [Annotation.PreferNoSchedule]: _previous, ...others } = next.metadata.annotations ?? {};
   next.metadata.annotations = present
     ? { ...others, [Annotation.PreferNoSchedule]: PREFER_NO_SCHEDULE_VALUE }
     : others;
-  await pass.updateMachineSet(next);
+  return updateMachineSet(ctx, state, next);
 }
 
 /**
  * Taints the nodes of old sets PreferNoSchedule, then annotates each set so it is done once. A set
- * is annotated only when all its nodes were tainted, so a failed node is retried next pass.
+ * is annotated only when all its nodes were tainted, so a failed node is retried next pass. Each
+ * iteration writes only its own set, so the sets taken from the state stay current for it.
  */
-export async function taintOldSetNodes(pass: DeploymentPass, oldSets: readonly MachineSet[]): Promise<void> {
-  if (!nodeAccess(pass)) return;
+export async function taintOldSetNodes(
+  ctx: PassContext,
+  initial: DeploymentState,
+  oldSets: readonly MachineSet[],
+): Promise<DeploymentState> {
+  let state = initial;
+  if (!nodeAccess(ctx)) return state;
   for (const ms of oldSets) {
     if (ms.metadata.annotations?.[Annotation.PreferNoSchedule] !== undefined) continue;
     let allDone = true;
-    for (const { node } of nodesOf(pass, ms)) {
+    for (const { node } of nodesOf(ctx, ms)) {
       const taints = taintsWith(node.spec?.taints, PREFER_NO_SCHEDULE_TAINT);
       if (taints === undefined) continue;
       allDone =
-        (await patchNode(pass, node, taintPatch(node, taints), 'add the prefer-no-schedule taint')) &&
-        allDone;
+        (await patchNode(ctx, node, taintPatch(node, taints), 'add the prefer-no-schedule taint')) && allDone;
     }
     if (allDone) {
-      const current = pass.sets.find((s) => s.metadata.uid === ms.metadata.uid) ?? ms;
-      await setPreferNoScheduleAnnotation(pass, current, true);
-      pass.log.verbose('tainted the nodes of an old machine set', { machineSet: ms.metadata.name });
+      state = await setPreferNoScheduleAnnotation(ctx, state, ms, true);
+      ctx.log.verbose('tainted the nodes of an old machine set', { machineSet: ms.metadata.name });
     }
   }
+  return state;
 }
 
 /** Removes the PreferNoSchedule taint from a set's nodes and then its annotation (if it has one). */
-export async function untaintSetNodes(pass: DeploymentPass, ms: MachineSet): Promise<void> {
-  if (!nodeAccess(pass) || ms.metadata.annotations?.[Annotation.PreferNoSchedule] === undefined) return;
+export async function untaintSetNodes(
+  ctx: PassContext,
+  state: DeploymentState,
+  ms: MachineSet,
+): Promise<DeploymentState> {
+  if (!nodeAccess(ctx) || ms.metadata.annotations?.[Annotation.PreferNoSchedule] === undefined) return state;
   let allDone = true;
-  for (const { node } of nodesOf(pass, ms)) {
+  for (const { node } of nodesOf(ctx, ms)) {
     const taints = taintsWithout(node.spec?.taints, PREFER_NO_SCHEDULE_TAINT);
     if (taints === undefined) continue;
     allDone =
-      (await patchNode(pass, node, taintPatch(node, taints), 'remove the prefer-no-schedule taint')) &&
+      (await patchNode(ctx, node, taintPatch(node, taints), 'remove the prefer-no-schedule taint')) &&
       allDone;
   }
-  if (allDone) {
-    const current = pass.sets.find((s) => s.metadata.uid === ms.metadata.uid) ?? ms;
-    await setPreferNoScheduleAnnotation(pass, current, false);
-  }
+  return allDone ? setPreferNoScheduleAnnotation(ctx, state, ms, false) : state;
 }
 
 /** Protects every node of the given sets from cluster-autoscaler scale-down. */
-export async function disableScaleDown(pass: DeploymentPass, sets: readonly MachineSet[]): Promise<void> {
-  if (!nodeAccess(pass)) return;
+export async function disableScaleDown(ctx: PassContext, sets: readonly MachineSet[]): Promise<void> {
+  if (!nodeAccess(ctx)) return;
   for (const ms of sets) {
-    for (const { node } of nodesOf(pass, ms)) {
+    for (const { node } of nodesOf(ctx, ms)) {
       const annotations = scaleDownDisabledPatch(node);
       if (annotations === undefined) continue;
-      await patchNode(pass, node, { metadata: { annotations } }, 'disable autoscaler scale-down');
+      await patchNode(ctx, node, { metadata: { annotations } }, 'disable autoscaler scale-down');
     }
   }
 }
@@ -201,45 +208,46 @@ export async function disableScaleDown(pass: DeploymentPass, sets: readonly Mach
  * Lifts the scale-down protection where we set it, except on nodes of preserved machines (the
  * machine controller keeps them protected for as long as the preservation lasts).
  */
-export async function restoreScaleDown(pass: DeploymentPass, sets: readonly MachineSet[]): Promise<void> {
-  if (!nodeAccess(pass)) return;
+export async function restoreScaleDown(ctx: PassContext, sets: readonly MachineSet[]): Promise<void> {
+  if (!nodeAccess(ctx)) return;
   for (const ms of sets) {
-    for (const { machine, node } of nodesOf(pass, ms)) {
+    for (const { machine, node } of nodesOf(ctx, ms)) {
       if ((machine.status?.currentStatus?.preserveExpiryTime ?? '') !== '') continue;
       const annotations = scaleDownRestorePatch(node);
       if (annotations === undefined) continue;
-      await patchNode(pass, node, { metadata: { annotations } }, 'restore autoscaler scale-down');
+      await patchNode(ctx, node, { metadata: { annotations } }, 'restore autoscaler scale-down');
     }
   }
 }
 
 /** Old sets still have machines (or are asked for some): the rollout is not over. */
-export function oldSetsActive(pass: DeploymentPass, oldSets: readonly MachineSet[]): boolean {
+export function oldSetsActive(ctx: PassContext, oldSets: readonly MachineSet[]): boolean {
   return oldSets.some(
-    (s) => (s.spec?.replicas ?? 0) > 0 || (s.status?.replicas ?? 0) > 0 || pass.machinesOf(s).length > 0,
+    (s) => (s.spec?.replicas ?? 0) > 0 || (s.status?.replicas ?? 0) > 0 || ctx.machinesOf(s).length > 0,
   );
 }
 
 /** The rollout's node bookkeeping at its start: taint old nodes, protect all nodes from scale-down. */
 export async function prepareNodesForRollout(
-  pass: DeploymentPass,
-  newSet: MachineSet,
-  oldSets: readonly MachineSet[],
-): Promise<void> {
-  await taintOldSetNodes(pass, oldSets);
-  if (pass.deps.settings.autoscalerScaleDownAnnotationDuringRollout && oldSetsActive(pass, oldSets)) {
-    await disableScaleDown(pass, [...oldSets, newSet]);
+  ctx: PassContext,
+  initial: DeploymentState,
+  newSetUID: string | undefined,
+): Promise<DeploymentState> {
+  const state = await taintOldSetNodes(ctx, initial, splitSets(initial, newSetUID).oldSets);
+  const { newSet, oldSets } = splitSets(state, newSetUID);
+  if (ctx.deps.settings.autoscalerScaleDownAnnotationDuringRollout && oldSetsActive(ctx, oldSets)) {
+    await disableScaleDown(ctx, newSet === undefined ? oldSets : [...oldSets, newSet]);
   }
+  return state;
 }
 
 /** The rollout's node bookkeeping once it is complete. */
 export async function releaseNodesAfterRollout(
-  pass: DeploymentPass,
-  newSet: MachineSet | undefined,
-): Promise<void> {
-  if (pass.deps.settings.autoscalerScaleDownAnnotationDuringRollout) await restoreScaleDown(pass, pass.sets);
-  if (newSet !== undefined) {
-    const current = pass.sets.find((s) => s.metadata.uid === newSet.metadata.uid) ?? newSet;
-    await untaintSetNodes(pass, current);
-  }
+  ctx: PassContext,
+  state: DeploymentState,
+  newSetUID: string | undefined,
+): Promise<DeploymentState> {
+  if (ctx.deps.settings.autoscalerScaleDownAnnotationDuringRollout) await restoreScaleDown(ctx, state.sets);
+  const { newSet } = splitSets(state, newSetUID);
+  return newSet === undefined ? state : untaintSetNodes(ctx, state, newSet);
 }

@@ -16,7 +16,8 @@ import type {
 import { clone, type DeepReadonly } from '../../kube/informer.js';
 import { selectorToString } from '../../kube/labels.js';
 import { findCondition, removeCondition, rfc3339, setCondition } from '../conditions.js';
-import { rolloutBounds, type DeploymentPass } from './sync.js';
+import { splitSets, writeStatus, type DeploymentState, type PassContext, type StepResult } from './pass.js';
+import { rolloutBounds } from './sets.js';
 
 type AnySet = MachineSet | DeepReadonly<MachineSet>;
 type AnyDeployment = MachineDeployment | DeepReadonly<MachineDeployment>;
@@ -297,42 +298,50 @@ export function withPauseCondition(
 }
 
 /** Writes the status of a pass that only scaled (no progress accounting). */
-export async function syncStatus(pass: DeploymentPass, newSet: AnySet | undefined): Promise<void> {
-  await pass.writeStatus(
+export async function syncStatus(
+  ctx: PassContext,
+  state: DeploymentState,
+  newSetUID: string | undefined,
+): Promise<DeploymentState> {
+  return writeStatus(
+    ctx,
+    state,
     calculateStatus({
-      mcd: pass.mcd,
-      sets: pass.sets,
-      newSet,
-      conditions: pass.status.conditions,
-      collisionCount: pass.status.collisionCount,
-      now: pass.now,
+      mcd: state.mcd,
+      sets: state.sets,
+      newSet: splitSets(state, newSetUID).newSet,
+      conditions: state.status.conditions,
+      collisionCount: state.status.collisionCount,
+      now: ctx.now,
     }),
   );
 }
 
 /**
- * Writes the status after a rollout step, with the Progressing condition updated, and returns
- * when the progress deadline must be checked next (ms), if at all.
+ * Writes the status after a rollout step, with the Progressing condition updated; asks to be
+ * requeued when the progress deadline must be checked next, if at all.
  */
 export async function syncRolloutStatus(
-  pass: DeploymentPass,
-  newSet: AnySet | undefined,
-): Promise<number | undefined> {
-  const previous = pass.status;
+  ctx: PassContext,
+  state: DeploymentState,
+  newSetUID: string | undefined,
+): Promise<StepResult> {
+  const previous = state.status;
+  const newSet = splitSets(state, newSetUID).newSet;
   const next = withRolloutProgress({
-    mcd: pass.mcd,
+    mcd: state.mcd,
     previous,
     next: calculateStatus({
-      mcd: pass.mcd,
-      sets: pass.sets,
+      mcd: state.mcd,
+      sets: state.sets,
       newSet,
       conditions: previous.conditions,
       collisionCount: previous.collisionCount,
-      now: pass.now,
+      now: ctx.now,
     }),
     newSetName: newSet?.metadata.name,
-    now: pass.now,
+    now: ctx.now,
   });
-  await pass.writeStatus(next);
-  return nextProgressCheck(pass.mcd, next, pass.now);
+  const after = await writeStatus(ctx, state, next);
+  return { state: after, requeueAfter: nextProgressCheck(after.mcd, next, ctx.now) };
 }

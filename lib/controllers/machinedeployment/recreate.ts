@@ -1,10 +1,18 @@
 // Recreate: remove every old machine, and only when none is left create the new ones.
 
-import type { MachineSet } from '../../api/types.js';
-import { oldSetsActive, disableScaleDown } from './nodes.js';
+import { finishRollout } from './complete.js';
+import { resolveMachineSets } from './newset.js';
+import { disableScaleDown, oldSetsActive } from './nodes.js';
+import {
+  applyScale,
+  scaleMachineSet,
+  splitSets,
+  type DeploymentState,
+  type PassContext,
+  type StepResult,
+} from './pass.js';
 import { syncRolloutStatus } from './progress.js';
-import { finishRollout } from './rolling.js';
-import type { DeploymentPass } from './sync.js';
+import { replicasOf } from './sets.js';
 
 export interface RecreateStep {
   /** Old sets still asked for machines: scale them to zero. */
@@ -28,35 +36,38 @@ export function planRecreate(
   };
 }
 
-/** One pass of a Recreate rollout; returns when to check the progress deadline, if due. */
-export async function rolloutRecreate(pass: DeploymentPass): Promise<number | undefined> {
-  let { newSet, oldSets } = await pass.resolveMachineSets(false);
-  if (pass.deps.settings.autoscalerScaleDownAnnotationDuringRollout && oldSetsActive(pass, oldSets)) {
-    await disableScaleDown(pass, newSet === undefined ? oldSets : [...oldSets, newSet]);
+/** One pass of a Recreate rollout: old sets to zero, wait for their machines, then the new set. */
+export async function rolloutRecreate(ctx: PassContext, initial: DeploymentState): Promise<StepResult> {
+  let { state, newSetUID } = await resolveMachineSets(ctx, initial, false);
+  const before = splitSets(state, newSetUID);
+  if (ctx.deps.settings.autoscalerScaleDownAnnotationDuringRollout && oldSetsActive(ctx, before.oldSets)) {
+    const all = before.newSet === undefined ? before.oldSets : [...before.oldSets, before.newSet];
+    await disableScaleDown(ctx, all);
   }
-  const current = (ms: MachineSet): MachineSet =>
-    pass.sets.find((s) => s.metadata.uid === ms.metadata.uid) ?? ms;
-
   const step = planRecreate(
-    oldSets.map((s) => ({
+    before.oldSets.map((s) => ({
       name: s.metadata.name ?? '',
       replicas: s.spec?.replicas ?? 0,
       statusReplicas: s.status?.replicas ?? 0,
-      machines: pass.machinesOf(s).length,
+      machines: ctx.machinesOf(s).length,
     })),
   );
   if (step.scaleDown.length > 0) {
-    await pass.applyScale(step.scaleDown.map((name) => ({ name, replicas: 0 })));
-    return syncRolloutStatus(pass, newSet === undefined ? undefined : current(newSet));
+    ({ state } = await applyScale(
+      ctx,
+      state,
+      step.scaleDown.map((name) => ({ name, replicas: 0 })),
+    ));
+    return syncRolloutStatus(ctx, state, newSetUID);
   }
   if (step.waitForOldMachines) {
-    pass.log.verbose('waiting for the machines of old machine sets to be deleted');
-    return syncRolloutStatus(pass, newSet === undefined ? undefined : current(newSet));
+    ctx.log.verbose('waiting for the machines of old machine sets to be deleted');
+    return syncRolloutStatus(ctx, state, newSetUID);
   }
 
-  if (newSet === undefined) ({ newSet, oldSets } = await pass.resolveMachineSets(true));
+  if (newSetUID === undefined) ({ state, newSetUID } = await resolveMachineSets(ctx, state, true));
+  const { newSet } = splitSets(state, newSetUID);
   if (newSet === undefined) throw new Error('recreate without a new machine set');
-  await pass.scaleMachineSet(current(newSet), pass.replicas);
-
-  return finishRollout(pass, current(newSet), oldSets.map(current));
+  ({ state } = await scaleMachineSet(ctx, state, newSet, replicasOf(state.mcd)));
+  return finishRollout(ctx, state, newSetUID);
 }

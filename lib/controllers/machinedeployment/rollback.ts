@@ -11,14 +11,10 @@ import {
 } from '../../api/types.js';
 import { clone, type DeepReadonly } from '../../kube/informer.js';
 import { templatesEqualIgnoringHash } from './hash.js';
+import { ANNOTATIONS_NOT_COPIED, findNewMachineSet } from './newset.js';
 import { untaintSetNodes } from './nodes.js';
-import {
-  ANNOTATIONS_NOT_COPIED,
-  deploymentTypeMeta,
-  findNewMachineSet,
-  revisionOf,
-  type DeploymentPass,
-} from './sync.js';
+import { deploymentTypeMeta, type DeploymentState, type PassContext } from './pass.js';
+import { revisionOf } from './sets.js';
 
 type AnySet = MachineSet | DeepReadonly<MachineSet>;
 
@@ -74,27 +70,30 @@ export function rolledBackDeployment(mcd: MachineDeployment, ms: AnySet): Machin
 }
 
 /** Performs spec.rollbackTo; the request is always cleared (conditional on resourceVersion). */
-export async function rollback(pass: DeploymentPass): Promise<void> {
-  const name = pass.mcd.metadata.name ?? '';
-  const target = findRollbackTarget(pass.mcd, pass.sets, pass.mcd.spec?.rollbackTo?.revision ?? 0);
-  let next = clone(pass.mcd);
+export async function rollback(ctx: PassContext, initial: DeploymentState): Promise<DeploymentState> {
+  let state = initial;
+  const mcd = state.mcd;
+  const name = mcd.metadata.name ?? '';
+  const target = findRollbackTarget(mcd, state.sets, mcd.spec?.rollbackTo?.revision ?? 0);
+  let next = clone(mcd);
   let rolledBack = false;
   if (!target.found) {
     const message =
       target.reason === 'no-previous-revision'
         ? 'Unable to find last revision.'
         : 'Unable to find the revision to rollback to.';
-    pass.event('Warning', EventReason.DeploymentRollbackRevisionNotFound, message);
+    ctx.event(mcd, 'Warning', EventReason.DeploymentRollbackRevisionNotFound, message);
   } else {
-    await untaintSetNodes(pass, target.set);
-    const template = pass.mcd.spec?.template;
+    state = await untaintSetNodes(ctx, state, target.set);
+    const template = mcd.spec?.template;
     const targetTemplate = target.set.spec?.template;
     if (
       template !== undefined &&
       targetTemplate !== undefined &&
       templatesEqualIgnoringHash(template, targetTemplate)
     ) {
-      pass.event(
+      ctx.event(
+        mcd,
         'Warning',
         EventReason.DeploymentRollbackTemplateUnchanged,
         `The rollback revision contains the same template as current deployment "${name}"`,
@@ -105,16 +104,18 @@ export async function rollback(pass: DeploymentPass): Promise<void> {
     }
   }
   if (next.spec !== undefined) delete next.spec.rollbackTo;
-  pass.mcd = await pass.deps.client.update<MachineDeployment>(
+  const updated = await ctx.deps.client.update<MachineDeployment>(
     MachineDeploymentResource,
     deploymentTypeMeta(next),
   );
   if (target.found && rolledBack) {
-    pass.log.info('rolled back', { revision: target.revision, machineSet: target.set.metadata.name });
-    pass.event(
+    ctx.log.info('rolled back', { revision: target.revision, machineSet: target.set.metadata.name });
+    ctx.event(
+      updated,
       'Normal',
       EventReason.DeploymentRollback,
       `Rolled back deployment "${name}" to revision ${target.revision}`,
     );
   }
+  return { ...state, mcd: updated };
 }

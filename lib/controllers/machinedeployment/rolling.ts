@@ -3,11 +3,14 @@
 // limit allows. Both limits hold for every state in between, because the step is computed from
 // what exists (the machine cache) and from what was asked (spec.replicas), whichever is worse.
 
-import type { MachineSet } from '../../api/types.js';
-import { releaseNodesAfterRollout, prepareNodesForRollout } from './nodes.js';
-import { calculateStatus, isComplete, syncRolloutStatus } from './progress.js';
-import { compareStatesByAge, newSetReplicas, usable, type DeploymentPass, type SetState } from './sync.js';
 import { StrategyType } from '../../api/constants.js';
+import { finishRollout } from './complete.js';
+import { resolveMachineSets } from './newset.js';
+import { prepareNodesForRollout } from './nodes.js';
+import { applyScale, splitSets, type DeploymentState, type PassContext, type StepResult } from './pass.js';
+import { syncRolloutStatus } from './progress.js';
+import { newSetReplicas } from './scale.js';
+import { compareStatesByAge, replicasOf, rolloutBounds, usable, type SetState } from './sets.js';
 
 export interface ScaleChange {
   name: string;
@@ -93,52 +96,29 @@ export function planRollingStep(args: {
   return { direction: changes.length > 0 ? 'down' : 'none', changes };
 }
 
-/** One pass of a rolling update; returns when to check the progress deadline, if due. */
-export async function rolloutRolling(pass: DeploymentPass): Promise<number | undefined> {
-  const resolved = await pass.resolveMachineSets(true);
-  const newSet = resolved.newSet;
+/** One pass of a rolling update: one step up or down, or the end of the rollout. */
+export async function rolloutRolling(ctx: PassContext, initial: DeploymentState): Promise<StepResult> {
+  const resolved = await resolveMachineSets(ctx, initial, true);
+  const newSetUID = resolved.newSetUID;
+  let state = await prepareNodesForRollout(ctx, resolved.state, newSetUID);
+  const { newSet, oldSets } = splitSets(state, newSetUID);
   if (newSet === undefined) throw new Error('rolling update without a new machine set');
-  await prepareNodesForRollout(pass, newSet, resolved.oldSets);
-
-  const current = (ms: MachineSet): MachineSet =>
-    pass.sets.find((s) => s.metadata.uid === ms.metadata.uid) ?? ms;
+  const bounds = rolloutBounds(state.mcd);
   const step = planRollingStep({
-    replicas: pass.replicas,
-    maxSurge: pass.bounds.maxSurge,
-    maxUnavailable: pass.bounds.maxUnavailable,
-    newSet: pass.stateOf(current(newSet)),
-    oldSets: resolved.oldSets.map((s) => pass.stateOf(current(s))),
+    replicas: replicasOf(state.mcd),
+    maxSurge: bounds.maxSurge,
+    maxUnavailable: bounds.maxUnavailable,
+    newSet: ctx.stateOf(newSet),
+    oldSets: oldSets.map((s) => ctx.stateOf(s)),
   });
   if (step.changes.length > 0) {
-    pass.log.verbose('rolling update step', { direction: step.direction, changes: step.changes });
-    await pass.applyScale(step.changes.map((c) => ({ name: c.name, replicas: c.to })));
-    return syncRolloutStatus(pass, current(newSet));
+    ctx.log.verbose('rolling update step', { direction: step.direction, changes: step.changes });
+    ({ state } = await applyScale(
+      ctx,
+      state,
+      step.changes.map((c) => ({ name: c.name, replicas: c.to })),
+    ));
+    return syncRolloutStatus(ctx, state, newSetUID);
   }
-
-  return finishRollout(pass, current(newSet), resolved.oldSets.map(current));
-}
-
-/**
- * The end of a rollout pass with nothing left to scale (RollingUpdate and Recreate): once the
- * rollout is complete, node protection is lifted and old sets beyond the history limit go; then
- * status is written. Returns when to check the progress deadline, if due.
- */
-export async function finishRollout(
-  pass: DeploymentPass,
-  newSet: MachineSet,
-  oldSets: readonly MachineSet[],
-): Promise<number | undefined> {
-  const status = calculateStatus({
-    mcd: pass.mcd,
-    sets: pass.sets,
-    newSet,
-    conditions: pass.status.conditions,
-    collisionCount: pass.status.collisionCount,
-    now: pass.now,
-  });
-  if (isComplete(pass.mcd, status)) {
-    await releaseNodesAfterRollout(pass, newSet);
-    await pass.cleanupOldMachineSets(oldSets);
-  }
-  return syncRolloutStatus(pass, newSet);
+  return finishRollout(ctx, state, newSetUID);
 }

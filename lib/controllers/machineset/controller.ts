@@ -45,6 +45,14 @@ export const MACHINESET_RESYNC_MS = 10 * 60 * 1000;
 type CachedMachine = DeepReadonly<Machine>;
 type CachedMachineSet = DeepReadonly<MachineSet>;
 
+/** What went wrong creating or deleting machines: reported in status, rethrown for backoff. */
+interface ReplicaFailure {
+  reason: string;
+  message: string;
+  /** The error itself, kept as the cause of the rethrown one. */
+  error: unknown;
+}
+
 /**
  * Keeps each MachineSet's machines at its replica count: adopts and releases machines by
  * selector and controller reference, creates missing machines in slow-start batches, deletes
@@ -183,7 +191,7 @@ export class MachineSetController {
     await this.propagateTemplate(ms, machines);
     machines = await this.manageAutoPreservation(ms, machines);
 
-    let failure: { reason: string; message: string } | undefined;
+    let failure: ReplicaFailure | undefined;
     if (!deleting) {
       if (this.expectations.satisfied(key)) {
         failure = await this.manageReplicas(ms, machines, log);
@@ -199,16 +207,25 @@ export class MachineSetController {
       }
       return {};
     } else {
-      await this.terminate(
+      // Deleting: a machine that cannot be deleted is a failure like any other (status, backoff).
+      failure = await this.terminate(
         ms,
         machines.filter((m) => m.metadata.deletionTimestamp === undefined),
         log,
       );
     }
 
-    const status = calculateStatus({ ms, machines, now, replicaFailure: failure });
+    const status = calculateStatus({
+      ms,
+      machines,
+      now,
+      replicaFailure:
+        failure === undefined ? undefined : { reason: failure.reason, message: failure.message },
+    });
     await this.writeStatus(ms, status);
-    if (failure !== undefined) throw new Error(`MachineSet ${key}: ${failure.message}`);
+    if (failure !== undefined) {
+      throw new Error(`MachineSet ${key}: ${failure.message}`, { cause: failure.error });
+    }
     return { requeueAfter: MACHINESET_RESYNC_MS };
   }
 
@@ -278,7 +295,7 @@ export class MachineSetController {
     ms: MachineSet,
     machines: readonly AnyMachine[],
     log: Logger,
-  ): Promise<{ reason: string; message: string } | undefined> {
+  ): Promise<ReplicaFailure | undefined> {
     const key = objectKey(ms);
     const plan = planReplicas(ms, machines, this.ctx.clock.now(), this.ctx.settings.burstReplicas);
     if (plan.scaleUpBlocked !== undefined) {
@@ -303,7 +320,7 @@ export class MachineSetController {
       if (result.error !== undefined) {
         const message = errorMessage(result.error);
         this.recorder.event(ms, 'Warning', EventReason.FailedCreate, `Error creating: ${message}`);
-        return { reason: ReplicaFailureReason.FailedCreate, message };
+        return { reason: ReplicaFailureReason.FailedCreate, message, error: result.error };
       }
       return undefined;
     }
@@ -327,14 +344,14 @@ export class MachineSetController {
     ms: MachineSet,
     machines: readonly AnyMachine[],
     log: Logger,
-  ): Promise<{ reason: string; message: string } | undefined> {
+  ): Promise<ReplicaFailure | undefined> {
     const key = objectKey(ms);
     const targets = machines.filter((m) => m.metadata.deletionTimestamp === undefined);
     this.expectations.expectDeletions(
       key,
       targets.map((m) => m.metadata.uid ?? ''),
     );
-    let failure: { reason: string; message: string } | undefined;
+    let failure: ReplicaFailure | undefined;
     await Promise.all(
       targets.map(async (m) => {
         const name = m.metadata.name ?? '';
@@ -349,7 +366,7 @@ export class MachineSetController {
           if (isNotFound(err)) return;
           const message = errorMessage(err);
           this.recorder.event(ms, 'Warning', EventReason.FailedDelete, `Error deleting: ${message}`);
-          failure ??= { reason: ReplicaFailureReason.FailedDelete, message };
+          failure ??= { reason: ReplicaFailureReason.FailedDelete, message, error: err };
           return;
         }
         this.recorder.event(ms, 'Normal', EventReason.SuccessfulDelete, `Deleted machine: ${name}`);

@@ -1,20 +1,8 @@
 import { Annotation, PreserveValue } from '../../api/constants.js';
-import type { MachineConfiguration, MachineSet } from '../../api/types.js';
+import { MACHINE_CONFIGURATION_FIELDS, type MachineSet } from '../../api/types.js';
 import { jsonEqual } from '../../kube/equal.js';
 import type { DeepReadonly } from '../../kube/informer.js';
 import { isFailed, isTerminating, type AnyMachine } from '../machines.js';
-
-/** The MachineConfiguration fields a MachineSet keeps in step on its machines. */
-export const MACHINE_CONFIGURATION_FIELDS = [
-  'drainTimeout',
-  'healthTimeout',
-  'creationTimeout',
-  'inPlaceUpdateTimeout',
-  'machinePreserveTimeout',
-  'disableHealthTimeout',
-  'maxEvictRetries',
-  'nodeConditions',
-] as const satisfies readonly (keyof MachineConfiguration)[];
 
 const same = jsonEqual;
 

@@ -30,9 +30,6 @@ import { cachedController } from '../ownership.js';
 type CachedMachineSet = DeepReadonly<MachineSet>;
 type CachedMachineDeployment = DeepReadonly<MachineDeployment>;
 
-const MS_PREFIX = 'machineset:';
-const MCD_PREFIX = 'machinedeployment:';
-
 export interface Thresholds {
   high: number;
   low: number;
@@ -73,6 +70,14 @@ function isFrozenSet(ms: CachedMachineSet): boolean {
   );
 }
 
+/** Both marks of a freeze are on the deployment: the label and the Frozen condition. */
+function isFullyFrozenDeployment(mcd: CachedMachineDeployment): boolean {
+  return (
+    mcd.metadata.labels?.[Label.Freeze] === LabelValue.True &&
+    findCondition(mcd.status?.conditions, MachineDeploymentConditionType.Frozen) !== undefined
+  );
+}
+
 function isFrozenDeployment(mcd: CachedMachineDeployment): boolean {
   return (
     mcd.metadata.labels?.[Label.Freeze] === LabelValue.True ||
@@ -90,7 +95,9 @@ function isFrozenDeployment(mcd: CachedMachineDeployment): boolean {
  * progress is not an overshoot), and a deployment is only unfrozen when none of its sets is frozen.
  */
 export class OvershootSafetyController {
-  readonly controller: Controller;
+  /** One queue per key kind: MachineSet keys here, MachineDeployment keys in `deployments`. */
+  readonly sets: Controller;
+  readonly deployments: Controller;
   private readonly recorder: EventRecorder;
   private periodic: TimerHandle | undefined;
 
@@ -99,15 +106,25 @@ export class OvershootSafetyController {
     workers = 2,
   ) {
     this.recorder = ctx.recorderFor(EventSource.MachineControllerManager);
-    this.controller = new Controller({
-      name: 'safety-overshoot',
-      workers,
-      reconciler: { reconcile: (key, rctx) => this.reconcile(key, rctx) },
-      clock: ctx.clock,
-      logger: ctx.logger,
-      registry: ctx.registry,
-      isRequeueError: isConflict,
-    });
+    const queue = (name: string, reconcile: (key: string, rctx: ReconcileContext) => Promise<void>) =>
+      new Controller({
+        name,
+        workers,
+        reconciler: {
+          reconcile: async (key, rctx): Promise<ReconcileResult> => {
+            await reconcile(key, rctx);
+            return {};
+          },
+        },
+        clock: ctx.clock,
+        logger: ctx.logger,
+        registry: ctx.registry,
+        isRequeueError: isConflict,
+      });
+    this.sets = queue('safety-overshoot-machineset', (key, rctx) => this.reconcileSet(key, rctx));
+    this.deployments = queue('safety-overshoot-machinedeployment', (key, rctx) =>
+      this.reconcileDeployment(key, rctx),
+    );
     const { machines, machineSets, machineDeployments } = ctx.informers;
     machines.addHandler({
       onAdd: (m) => {
@@ -147,11 +164,11 @@ export class OvershootSafetyController {
   }
 
   private enqueueSet(key: string): void {
-    this.controller.enqueue(MS_PREFIX + key);
+    this.sets.enqueue(key);
   }
 
   private enqueueDeployment(key: string): void {
-    this.controller.enqueue(MCD_PREFIX + key);
+    this.deployments.enqueue(key);
   }
 
   /** Every set and deployment, every --machine-safety-overshooting-period. */
@@ -164,19 +181,14 @@ export class OvershootSafetyController {
   }
 
   start(): void {
-    this.controller.start();
+    this.sets.start();
+    this.deployments.start();
     this.schedulePeriodic();
   }
 
   async stop(): Promise<void> {
     this.periodic?.cancel();
-    await this.controller.stop();
-  }
-
-  async reconcile(key: string, rctx: ReconcileContext): Promise<ReconcileResult> {
-    if (key.startsWith(MS_PREFIX)) await this.reconcileSet(key.slice(MS_PREFIX.length), rctx);
-    else if (key.startsWith(MCD_PREFIX)) await this.reconcileDeployment(key.slice(MCD_PREFIX.length), rctx);
-    return {};
+    await Promise.all([this.sets.stop(), this.deployments.stop()]);
   }
 
   /** The MachineDeployment controlling a set, if it is in the cache. */
@@ -193,7 +205,8 @@ export class OvershootSafetyController {
       .length;
   }
 
-  private async reconcileSet(key: string, { log }: ReconcileContext): Promise<void> {
+  /** Freezes or unfreezes one MachineSet (key namespace/name) and, with it, its deployment. */
+  async reconcileSet(key: string, { log }: ReconcileContext): Promise<void> {
     const ms = this.ctx.informers.machineSets.getByKey(key);
     if (ms === undefined) return;
     const mcd = this.deploymentOf(ms);
@@ -212,20 +225,41 @@ export class OvershootSafetyController {
     );
     log.trace('overshoot check', { count, high, low });
     const labelled = ms.metadata.labels?.[Label.Freeze] === LabelValue.True;
-    if (!labelled && count >= high) {
-      const message = `The number of machines backing MachineSet ${ms.metadata.name ?? ''} is ${count} >= ${high}, its maximum scale-up limit`;
+    const conditioned =
+      findCondition(ms.status?.machineSetCondition, MachineSetConditionType.Frozen) !== undefined;
+    const name = ms.metadata.name ?? '';
+    if (count >= high && !(labelled && conditioned)) {
+      const message = `The number of machines backing MachineSet ${name} is ${count} >= ${high}, its maximum scale-up limit`;
       log.info('freezing MachineSet: too many machines', { count, high });
       await this.freezeSet(ms, ConditionReason.OverShootingReplicaCount, message);
-      if (mcd !== undefined)
-        await this.freezeDeployment(mcd, ConditionReason.OverShootingReplicaCount, message);
+    } else if (labelled && !conditioned && count > low) {
+      // An earlier freeze set the label but could not record the condition: complete it.
+      const message = `MachineSet ${name} was frozen for overshooting and has ${count} machines; it unfreezes at ${low}`;
+      log.info('completing the freeze of a MachineSet (condition missing)', { count, low });
+      await this.freezeSet(ms, ConditionReason.OverShootingReplicaCount, message);
     } else if (count <= low && isFrozenSet(ms)) {
       log.info('unfreezing MachineSet: machine count back under the limit', { count, low });
       await this.unfreezeSet(ms);
       if (mcd !== undefined) this.enqueueDeployment(objectKey(mcd));
+      return;
+    } else if (!labelled) {
+      return;
+    }
+    // The set is frozen now; so is its deployment (also after an earlier pass failed half-way).
+    if (mcd !== undefined && !isFullyFrozenDeployment(mcd)) {
+      const reason =
+        findCondition(ms.status?.machineSetCondition, MachineSetConditionType.Frozen)?.reason ??
+        ConditionReason.OverShootingReplicaCount;
+      await this.freezeDeployment(
+        mcd,
+        reason,
+        `MachineSet ${name} is frozen: ${count} machines, maximum scale-up limit ${high}`,
+      );
     }
   }
 
-  private async reconcileDeployment(key: string, { log }: ReconcileContext): Promise<void> {
+  /** Keeps one MachineDeployment's freeze in step with its sets (key namespace/name). */
+  async reconcileDeployment(key: string, { log }: ReconcileContext): Promise<void> {
     const mcd = this.ctx.informers.machineDeployments.getByKey(key);
     if (mcd === undefined) return;
     const sets = this.ctx.informers.machineSets.byIndex(CONTROLLER_UID_INDEX, mcd.metadata.uid ?? '');
@@ -241,10 +275,7 @@ export class OvershootSafetyController {
     }
     const anySetFrozen = sets.some(isFrozenSet);
     const frozen = isFrozenDeployment(mcd);
-    const consistent =
-      mcd.metadata.labels?.[Label.Freeze] === LabelValue.True &&
-      findCondition(mcd.status?.conditions, MachineDeploymentConditionType.Frozen) !== undefined;
-    if (anySetFrozen && !consistent) {
+    if (anySetFrozen && !isFullyFrozenDeployment(mcd)) {
       await this.freezeDeployment(
         mcd,
         ConditionReason.MachineDeploymentStateSync,
@@ -261,30 +292,34 @@ export class OvershootSafetyController {
     }
   }
 
-  private async patchMeta(
+  /**
+   * Merge-patches labels/annotations; with `conditional`, only if the object is still at the
+   * resourceVersion the decision was made on. Returns the updated object (undefined when gone).
+   */
+  private async patchMeta<T extends MachineSet | MachineDeployment>(
     res: ResourceType,
-    obj: CachedMachineSet | CachedMachineDeployment,
+    obj: DeepReadonly<T> | T,
     meta: { labels?: Record<string, string | null>; annotations?: Record<string, string | null> },
-  ): Promise<void> {
+    conditional = false,
+  ): Promise<T | undefined> {
+    const metadata = conditional ? { ...meta, resourceVersion: obj.metadata.resourceVersion } : meta;
     try {
-      await this.ctx.client.patch(
+      return await this.ctx.client.patch<T>(
         res,
         obj.metadata.name ?? '',
-        { metadata: meta },
-        {
-          type: 'merge',
-          namespace: obj.metadata.namespace ?? '',
-        },
+        { metadata },
+        { type: 'merge', namespace: obj.metadata.namespace ?? '' },
       );
     } catch (err) {
       if (!isNotFound(err)) throw err;
+      return undefined;
     }
   }
 
   /** Writes a condition list through the status subresource, conditional on resourceVersion. */
   private async patchConditions(
     res: ResourceType,
-    obj: CachedMachineSet | CachedMachineDeployment,
+    obj: CachedMachineSet | CachedMachineDeployment | MachineSet | MachineDeployment,
     status: Record<string, unknown>,
   ): Promise<void> {
     try {
@@ -299,20 +334,38 @@ export class OvershootSafetyController {
     }
   }
 
+  /**
+   * A freeze takes two writes (labels live in metadata, conditions in the status subresource, and
+   * neither write can carry the other). The label goes first, conditional on the resourceVersion
+   * the count was taken at: it is what stops creation, so a failure of the second write leaves the
+   * set frozen, and the next pass sees the label without the condition and completes the freeze.
+   */
   private async freezeSet(ms: CachedMachineSet, reason: string, message: string): Promise<void> {
-    const conds = setCondition(
-      ms.status?.machineSetCondition,
-      { type: MachineSetConditionType.Frozen, status: 'True', reason, message },
-      this.ctx.clock.now(),
-    );
-    await this.patchConditions(MachineSetResource, ms, { machineSetCondition: conds });
-    await this.patchMeta(MachineSetResource, ms, { labels: { [Label.Freeze]: LabelValue.True } });
-    this.recorder.event(
-      ms,
-      'Normal',
-      EventReason.FrozeMachineSet,
-      `SafetyController: froze MachineSet ${ms.metadata.name ?? ''}: ${message}`,
-    );
+    let current: CachedMachineSet | MachineSet = ms;
+    if (ms.metadata.labels?.[Label.Freeze] !== LabelValue.True) {
+      const labelled = await this.patchMeta<MachineSet>(
+        MachineSetResource,
+        ms,
+        { labels: { [Label.Freeze]: LabelValue.True } },
+        true,
+      );
+      if (labelled === undefined) return;
+      current = labelled;
+      this.recorder.event(
+        ms,
+        'Normal',
+        EventReason.FrozeMachineSet,
+        `SafetyController: froze MachineSet ${ms.metadata.name ?? ''}: ${message}`,
+      );
+    }
+    if (findCondition(current.status?.machineSetCondition, MachineSetConditionType.Frozen) === undefined) {
+      const conds = setCondition(
+        current.status?.machineSetCondition,
+        { type: MachineSetConditionType.Frozen, status: 'True', reason, message },
+        this.ctx.clock.now(),
+      );
+      await this.patchConditions(MachineSetResource, current, { machineSetCondition: conds });
+    }
   }
 
   private async unfreezeSet(ms: CachedMachineSet): Promise<void> {
@@ -334,19 +387,32 @@ export class OvershootSafetyController {
     );
   }
 
+  /** Label first, then condition, as for a set (see freezeSet). */
   private async freezeDeployment(
     mcd: CachedMachineDeployment,
     reason: string,
     message: string,
   ): Promise<void> {
-    const conds = setCondition(
-      mcd.status?.conditions,
-      { type: MachineDeploymentConditionType.Frozen, status: 'True', reason, message },
-      this.ctx.clock.now(),
-      { withUpdateTime: true },
-    );
-    await this.patchConditions(MachineDeploymentResource, mcd, { conditions: conds });
-    await this.patchMeta(MachineDeploymentResource, mcd, { labels: { [Label.Freeze]: LabelValue.True } });
+    let current: CachedMachineDeployment | MachineDeployment = mcd;
+    if (mcd.metadata.labels?.[Label.Freeze] !== LabelValue.True) {
+      const labelled = await this.patchMeta<MachineDeployment>(
+        MachineDeploymentResource,
+        mcd,
+        { labels: { [Label.Freeze]: LabelValue.True } },
+        true,
+      );
+      if (labelled === undefined) return;
+      current = labelled;
+    }
+    if (findCondition(current.status?.conditions, MachineDeploymentConditionType.Frozen) === undefined) {
+      const conds = setCondition(
+        current.status?.conditions,
+        { type: MachineDeploymentConditionType.Frozen, status: 'True', reason, message },
+        this.ctx.clock.now(),
+        { withUpdateTime: true },
+      );
+      await this.patchConditions(MachineDeploymentResource, current, { conditions: conds });
+    }
   }
 
   private async unfreezeDeployment(mcd: CachedMachineDeployment, reason: string): Promise<void> {

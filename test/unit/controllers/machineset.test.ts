@@ -5,7 +5,7 @@ import { MachineResource, MachineSetResource } from '../../../lib/api/types.js';
 import { compareForDeletion } from '../../../lib/controllers/machines.js';
 import { MachineSetController } from '../../../lib/controllers/machineset/controller.js';
 import { planReplicas, slowStartBatch } from '../../../lib/controllers/machineset/replicas.js';
-import { ConflictError, InvalidError } from '../../../lib/kube/errors.js';
+import { ConflictError, InvalidError, UnavailableError } from '../../../lib/kube/errors.js';
 import { nullLogger } from '../../../lib/observability/logger.js';
 import { NS, machine, machineSet } from './builders.js';
 import { ControllerTestEnv } from './env.js';
@@ -288,6 +288,29 @@ describe('MachineSetController.reconcile', () => {
     expect(env.recorder.reasons().filter((r) => r === 'SuccessfulDelete')).to.have.length(2);
   });
 
+  it('does not delete again while its own deletions are not yet in the cache', async () => {
+    const ms = machineSet('ms', 1);
+    ms.metadata.finalizers = ['machine.sapcloud.io/machine-controller-manager'];
+    await setup(ms, machine('a', { owner: ms }), machine('b', { owner: ms }), machine('c', { owner: ms }));
+    env.api.holdWatches(); // the cache lags behind the controller's writes
+    const tolerant = (): Promise<unknown> =>
+      controller.reconcile(`${NS}/ms`, ctxFor).catch((err: unknown) => {
+        if (!(err instanceof ConflictError)) throw err;
+      });
+    await tolerant();
+    const deletes = (): number => env.api.writes().filter((w) => w.verb === 'delete').length;
+    expect(deletes()).to.equal(2);
+    expect(controller.expectations.pending(`${NS}/ms`)).to.deep.equal({ adds: 0, deletes: 2 });
+    await tolerant();
+    await tolerant();
+    expect(deletes(), 'no second round on a stale cache').to.equal(2);
+    env.api.releaseWatches();
+    await env.settle();
+    expect(controller.expectations.satisfied(`${NS}/ms`)).to.equal(true);
+    await controller.reconcile(`${NS}/ms`, ctxFor);
+    expect(deletes()).to.equal(2);
+  });
+
   it('adopts matching orphans and releases machines it no longer selects', async () => {
     const ms = machineSet('ms', 2);
     const orphan = machine('orphan', { labels: { ...ms.spec?.template?.metadata?.labels } });
@@ -383,6 +406,40 @@ describe('MachineSetController.reconcile', () => {
     const cond = env.api.peek<MachineSet>(MachineSetResource, 'ms', NS)?.status?.machineSetCondition?.[0];
     expect(cond).to.deep.include({ type: 'ReplicaFailure', reason: 'InvalidSpec' });
     expect(env.api.writes().filter((w) => w.verb === 'create')).to.have.length(0);
+  });
+
+  it('reports a failed deletion while being deleted in status and rethrows it with its cause (backoff)', async () => {
+    const ms = machineSet('ms', 2);
+    ms.metadata.finalizers = ['machine.sapcloud.io/machine-controller-manager'];
+    await setup(ms, machine('a', { owner: ms }), machine('b', { owner: ms }));
+    await env.api.delete(MachineSetResource, 'ms', { namespace: NS });
+    await env.settle();
+    const refused = new UnavailableError('etcdserver: request timed out', 503, 'ServiceUnavailable');
+    env.api.react((a) =>
+      a.verb === 'delete' && a.resource.startsWith('machines.') && a.name === 'b' ? refused : undefined,
+    );
+    let error: unknown;
+    try {
+      await controller.reconcile(`${NS}/ms`, ctxFor);
+    } catch (err) {
+      error = err;
+    }
+    expect(error, 'the failure reaches the work queue').to.be.instanceOf(Error);
+    expect((error as Error).cause).to.equal(refused);
+    expect(env.recorder.events.find((e) => e.reason === 'FailedDelete')?.message).to.contain('timed out');
+    const cond = env.api.peek<MachineSet>(MachineSetResource, 'ms', NS)?.status?.machineSetCondition?.[0];
+    expect(cond).to.deep.include({ type: 'ReplicaFailure', status: 'True', reason: 'FailedDelete' });
+  });
+
+  it('keeps the cause of a failed creation on the error it rethrows', async () => {
+    await setup(machineSet('ms', 1));
+    const refused = new InvalidError('quota exceeded', 422, 'Invalid');
+    env.api.react((a) => (a.verb === 'create' && a.resource.startsWith('machines') ? refused : undefined));
+    const error = await controller.reconcile(`${NS}/ms`, ctxFor).then(
+      () => undefined,
+      (err: unknown) => err,
+    );
+    expect((error as Error | undefined)?.cause).to.equal(refused);
   });
 
   it('deletes all its machines when deleted, then removes its finalizer', async () => {

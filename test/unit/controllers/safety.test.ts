@@ -9,9 +9,11 @@ import {
   type MachineSet,
 } from '../../../lib/api/types.js';
 import { OvershootSafetyController, overshootThresholds } from '../../../lib/controllers/safety/overshoot.js';
+import { ConflictError, UnavailableError } from '../../../lib/kube/errors.js';
 import { nullLogger } from '../../../lib/observability/logger.js';
 import { NS, machine, machineDeployment, machineSet } from './builders.js';
 import { ControllerTestEnv } from './env.js';
+import { eventually } from '../helpers/eventually.js';
 
 const rctx = { log: nullLogger, signal: new AbortController().signal };
 
@@ -83,7 +85,7 @@ describe('OvershootSafetyController', () => {
     env.seed(MachineSetResource, ms);
     for (let i = 0; i < 5; i++) env.seed(MachineResource, machine(`m${i}`, { owner: ms }));
     await start();
-    await safety.reconcile(`machineset:${NS}/ms`, rctx);
+    await safety.reconcileSet(`${NS}/ms`, rctx);
     const gotMs = env.api.peek<MachineSet>(MachineSetResource, 'ms', NS);
     expect(gotMs?.metadata.labels?.freeze).to.equal('True');
     expect(gotMs?.status?.machineSetCondition?.[0]).to.deep.include({
@@ -100,13 +102,96 @@ describe('OvershootSafetyController', () => {
     expect(env.recorder.reasons()).to.deep.equal(['FrozeMachineSet']);
   });
 
+  it('labels first when freezing: a failed condition write leaves the set frozen, and the next pass completes the freeze', async () => {
+    const mcd = machineDeployment('d', 2); // high = 5
+    const ms = ownedBy(machineSet('ms', 2), mcd);
+    env.seed(MachineDeploymentResource, mcd);
+    env.seed(MachineSetResource, ms);
+    for (let i = 0; i < 5; i++) env.seed(MachineResource, machine(`m${i}`, { owner: ms }));
+    await start();
+    env.api.react((a) =>
+      a.verb === 'patch' && a.subresource === 'status' && a.resource.startsWith('machinesets')
+        ? new UnavailableError('etcd leader changed', 503, 'ServiceUnavailable')
+        : undefined,
+    );
+    let failure: unknown;
+    try {
+      await safety.reconcileSet(`${NS}/ms`, rctx);
+    } catch (err) {
+      failure = err;
+    }
+    expect(failure, 'the failed write reaches the work queue').to.be.instanceOf(UnavailableError);
+    let got = env.api.peek<MachineSet>(MachineSetResource, 'ms', NS);
+    expect(got?.metadata.labels?.freeze, 'the label that stops creation is on').to.equal('True');
+    expect(got?.status?.machineSetCondition).to.equal(undefined);
+
+    env.api.clearReactors();
+    await env.settle();
+    await safety.reconcileSet(`${NS}/ms`, rctx);
+    got = env.api.peek<MachineSet>(MachineSetResource, 'ms', NS);
+    expect(got?.status?.machineSetCondition?.[0]).to.deep.include({ type: 'Frozen', status: 'True' });
+    const gotMcd = env.api.peek<MachineDeployment>(MachineDeploymentResource, 'd', NS);
+    expect(gotMcd?.metadata.labels?.freeze).to.equal('True');
+    expect(gotMcd?.status?.conditions?.[0]).to.deep.include({ type: 'Frozen' });
+    expect(env.recorder.reasons(), 'one freeze, one event').to.deep.equal(['FrozeMachineSet']);
+  });
+
+  it('completes a deployment freeze that failed after its set was frozen', async () => {
+    const mcd = machineDeployment('d', 2); // high = 5
+    const ms = ownedBy(machineSet('ms', 2), mcd);
+    env.seed(MachineDeploymentResource, mcd);
+    env.seed(MachineSetResource, ms);
+    for (let i = 0; i < 5; i++) env.seed(MachineResource, machine(`m${i}`, { owner: ms }));
+    await start();
+    env.api.react((a) =>
+      a.verb === 'patch' && a.resource.startsWith('machinedeployments')
+        ? new UnavailableError('connection reset', 0, 'ServiceUnavailable')
+        : undefined,
+    );
+    await safety.reconcileSet(`${NS}/ms`, rctx).then(
+      () => expect.fail('the deployment write failed, so the reconcile must fail'),
+      () => undefined,
+    );
+    env.api.clearReactors();
+    await env.settle();
+    await safety.reconcileSet(`${NS}/ms`, rctx);
+    const gotMcd = env.api.peek<MachineDeployment>(MachineDeploymentResource, 'd', NS);
+    expect(gotMcd?.metadata.labels?.freeze).to.equal('True');
+    expect(gotMcd?.status?.conditions?.[0]).to.deep.include({
+      type: 'Frozen',
+      reason: 'OverShootingReplicaCount',
+    });
+  });
+
+  it('freezes only on the state it counted: a set changed since the cache saw it is a conflict, nothing is written', async () => {
+    const ms = machineSet('ms', 0); // standalone: high = 2
+    env.seed(MachineSetResource, ms);
+    env.seed(MachineResource, machine('a', { owner: ms }), machine('b', { owner: ms }));
+    await start();
+    env.api.holdWatches();
+    await env.api.scale(MachineSetResource, 'ms', NS, 5); // the cache still says 0 replicas
+    env.api.clearActions();
+    let failure: unknown;
+    try {
+      await safety.reconcileSet(`${NS}/ms`, rctx);
+    } catch (err) {
+      failure = err;
+    }
+    expect(failure).to.be.instanceOf(ConflictError);
+    expect(env.api.peek<MachineSet>(MachineSetResource, 'ms', NS)?.metadata.labels?.freeze).to.equal(
+      undefined,
+    );
+    expect(env.recorder.reasons()).to.deep.equal([]);
+    env.api.releaseWatches();
+  });
+
   it('does not freeze below the threshold and does not count terminating machines', async () => {
     const ms = machineSet('ms', 1); // standalone: high = 4
     env.seed(MachineSetResource, ms);
     for (let i = 0; i < 3; i++) env.seed(MachineResource, machine(`m${i}`, { owner: ms }));
     for (let i = 0; i < 5; i++) env.seed(MachineResource, machine(`t${i}`, { owner: ms, deleting: true }));
     await start();
-    await safety.reconcile(`machineset:${NS}/ms`, rctx);
+    await safety.reconcileSet(`${NS}/ms`, rctx);
     expect(env.api.writes()).to.deep.equal([]);
   });
 
@@ -122,13 +207,13 @@ describe('OvershootSafetyController', () => {
     env.seed(MachineSetResource, ms);
     for (let i = 0; i < 4; i++) env.seed(MachineResource, machine(`m${i}`, { owner: ms })); // low = 4
     await start();
-    await safety.reconcile(`machineset:${NS}/ms`, rctx);
+    await safety.reconcileSet(`${NS}/ms`, rctx);
     const gotMs = env.api.peek<MachineSet>(MachineSetResource, 'ms', NS);
     expect(gotMs?.metadata.labels?.freeze).to.equal(undefined);
     expect(gotMs?.status?.machineSetCondition).to.equal(undefined);
     expect(env.recorder.reasons()).to.deep.equal(['UnfrozeMachineSet']);
     await env.settle();
-    await safety.reconcile(`machinedeployment:${NS}/d`, rctx);
+    await safety.reconcileDeployment(`${NS}/d`, rctx);
     const gotMcd = env.api.peek<MachineDeployment>(MachineDeploymentResource, 'd', NS);
     expect(gotMcd?.metadata.labels?.freeze).to.equal(undefined);
     expect(gotMcd?.status?.conditions).to.equal(undefined);
@@ -143,7 +228,7 @@ describe('OvershootSafetyController', () => {
     env.seed(MachineDeploymentResource, mcd);
     env.seed(MachineSetResource, frozen, fine);
     await start();
-    await safety.reconcile(`machinedeployment:${NS}/d`, rctx);
+    await safety.reconcileDeployment(`${NS}/d`, rctx);
     expect(env.api.writes()).to.deep.equal([]);
   });
 
@@ -153,7 +238,7 @@ describe('OvershootSafetyController', () => {
     env.seed(MachineDeploymentResource, mcd);
     env.seed(MachineSetResource, frozen);
     await start();
-    await safety.reconcile(`machinedeployment:${NS}/d`, rctx);
+    await safety.reconcileDeployment(`${NS}/d`, rctx);
     const gotMcd = env.api.peek<MachineDeployment>(MachineDeploymentResource, 'd', NS);
     expect(gotMcd?.metadata.labels?.freeze).to.equal('True');
     expect(gotMcd?.status?.conditions?.[0]).to.deep.include({
@@ -170,7 +255,7 @@ describe('OvershootSafetyController', () => {
     env.seed(MachineDeploymentResource, mcd);
     env.seed(MachineSetResource, ms);
     await start();
-    await safety.reconcile(`machinedeployment:${NS}/d`, rctx);
+    await safety.reconcileDeployment(`${NS}/d`, rctx);
     const gotMcd = env.api.peek<MachineDeployment>(MachineDeploymentResource, 'd', NS);
     expect(gotMcd?.metadata.labels?.freeze).to.equal(undefined);
     expect(gotMcd?.metadata.annotations?.['safety.machine.sapcloud.io/unfreeze']).to.equal(undefined);
@@ -180,7 +265,7 @@ describe('OvershootSafetyController', () => {
       ],
     ).to.equal('True');
     await env.settle();
-    await safety.reconcile(`machineset:${NS}/ms`, rctx);
+    await safety.reconcileSet(`${NS}/ms`, rctx);
     const gotMs = env.api.peek<MachineSet>(MachineSetResource, 'ms', NS);
     expect(gotMs?.metadata.labels?.freeze).to.equal(undefined);
     expect(gotMs?.metadata.annotations?.['safety.machine.sapcloud.io/unfreeze']).to.equal(undefined);
@@ -191,13 +276,22 @@ describe('OvershootSafetyController', () => {
     env.seed(MachineSetResource, ms);
     env.seed(MachineResource, machine('a', { owner: ms }), machine('b', { owner: ms }));
     await start();
+    // Take the keys the initial list queued, so that only the periodic check can find the set.
+    for (const c of [safety.sets, safety.deployments]) {
+      while (c.queue.len() > 0) {
+        const next = await c.queue.get();
+        if (!next.shutdown) c.queue.done(next.item);
+      }
+    }
     safety.start();
     try {
-      await env.clock.advance(60_000);
+      await env.clock.advance(59_000);
       await env.settle();
-      await new Promise((r) => setTimeout(r, 20));
-      expect(env.api.peek<MachineSet>(MachineSetResource, 'ms', NS)?.metadata.labels?.freeze).to.equal(
-        'True',
+      expect(env.api.writes(), 'nothing before the period is over').to.deep.equal([]);
+      await env.clock.advance(1_000);
+      await eventually(
+        () => env.api.peek<MachineSet>(MachineSetResource, 'ms', NS)?.metadata.labels?.freeze === 'True',
+        'the periodic check froze the set',
       );
     } finally {
       await safety.stop();

@@ -14,6 +14,7 @@ import {
   WatchStalledError,
 } from '../../../lib/kube/errors.js';
 import { CoreResources } from '../../../lib/kube/resources.js';
+import { CapturingLogger } from '../../../lib/observability/logger.js';
 import { newRegistry } from '../../../lib/observability/metrics.js';
 import { eventually } from '../helpers/eventually.js';
 
@@ -120,6 +121,23 @@ describe('KubeClient (against a stub HTTP server)', () => {
     expect(err).to.be.instanceOf(ConflictError);
     err = await client.get(CoreResources.configMaps, 'x', 'd').catch((e: unknown) => e);
     expect(err).to.be.instanceOf(NotFoundError);
+  });
+
+  it('warns when requests fail repeatedly (5xx) and logs the recovery once at info; a 404 is an answer', async () => {
+    const logger = new CapturingLogger();
+    client = new KubeClient({ kubeConfig: kubeConfig(server.port), logger });
+    let failing = 3;
+    server.handler = (_r, res) => {
+      if (failing > 0) {
+        failing--;
+        json(res, 503, { kind: 'Status', code: 503, reason: 'ServiceUnavailable', message: 'etcd down' });
+      } else json(res, 404, { kind: 'Status', code: 404, reason: 'NotFound', message: 'nope' });
+    };
+    for (let i = 0; i < 5; i++) await client.get(CoreResources.nodes, 'n1').catch(() => undefined);
+    expect(logger.lines.map((l) => `${l.level}: ${l.msg}`)).to.deep.equal([
+      'warn: API requests failing repeatedly',
+      'info: API requests recovered',
+    ]);
   });
 
   it('retries a 429 after the Retry-After delay the server asked for', async () => {
@@ -240,17 +258,25 @@ describe('KubeClient (against a stub HTTP server)', () => {
   });
 
   it('fails a watch that goes silent for longer than the idle timeout with WatchStalledError', async () => {
-    client = new KubeClient({ kubeConfig: kubeConfig(server.port) });
+    client = new KubeClient({ kubeConfig: kubeConfig(server.port), clock });
     server.handler = (_r, res) => {
       res.writeHead(200, { 'Content-Type': 'application/json' });
       res.write('{"type":"ADDED","object":{"metadata":{"name":"a"}}}\n');
       // then nothing, connection stays open
     };
-    const it = await client.watch<KubeObject>(CoreResources.nodes, { idleTimeoutMs: 100 });
+    const it = await client.watch<KubeObject>(CoreResources.nodes, { idleTimeoutMs: 60_000 });
     const first = await it.next();
     expect(first.done).to.equal(false);
-    const err = await it.next().catch((e: unknown) => e);
-    expect(err).to.be.instanceOf(WatchStalledError);
+    let outcome: unknown = 'pending';
+    const next = it.next().then(
+      () => 'an event',
+      (e: unknown) => e,
+    );
+    void next.then((o) => (outcome = o));
+    await clock.advance(59_999);
+    expect(outcome, 'still waiting just before the idle timeout').to.equal('pending');
+    await clock.advance(1);
+    expect(await next).to.be.instanceOf(WatchStalledError);
   });
 
   it('ends a watch quietly when its signal aborts', async () => {

@@ -217,6 +217,40 @@ describe('Informer (against the in-memory API)', () => {
     expect(inf.keys().sort()).to.deep.equal(['ns/b', 'ns/d']);
   });
 
+  it('warns once when list/watch fails repeatedly and says once at info when it recovers', async () => {
+    const logger = new CapturingLogger();
+    let failures = 3;
+    api.react((a) => {
+      if (a.verb !== 'list' || failures === 0) return undefined;
+      failures--;
+      return new UnavailableError('connection refused', 0, 'ServiceUnavailable');
+    });
+    newInformer({ logger });
+    inf.start();
+    await inf.waitForSync();
+    const lines = logger.lines.filter((l) => l.level === 'warn' || l.level === 'info');
+    expect(lines.map((l) => [l.level, l.msg])).to.deep.equal([
+      ['warn', 'list/watch failing repeatedly'],
+      ['info', 'list/watch recovered'],
+    ]);
+    expect(lines[1]?.fields).to.include({ failures: 3 });
+  });
+
+  it('keeps a single failure (a dropped watch) out of the default log', async () => {
+    const logger = new CapturingLogger();
+    let failures = 1;
+    api.react((a) => {
+      if (a.verb !== 'list' || failures === 0) return undefined;
+      failures--;
+      return new UnavailableError('connection reset', 0, 'ServiceUnavailable');
+    });
+    newInformer({ logger });
+    inf.start();
+    await inf.waitForSync();
+    expect(logger.lines.filter((l) => l.level === 'warn' || l.level === 'info')).to.deep.equal([]);
+    expect(logger.lines.map((l) => l.msg)).to.include('list/watch failed, retrying');
+  });
+
   it('retryNow ends a backoff wait at once (after an outage is known to be over)', async () => {
     const clock = new FakeClock();
     let down = true;

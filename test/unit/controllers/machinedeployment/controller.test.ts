@@ -12,7 +12,7 @@ import {
 import { MachineDeploymentController } from '../../../../lib/controllers/machinedeployment/controller.js';
 import type { ControllerSettings } from '../../../../lib/controllers/context.js';
 import { MachineSetController } from '../../../../lib/controllers/machineset/controller.js';
-import { ConflictError } from '../../../../lib/kube/errors.js';
+import { ConflictError, UnavailableError } from '../../../../lib/kube/errors.js';
 import { CoreResources } from '../../../../lib/kube/resources.js';
 import { nullLogger } from '../../../../lib/observability/logger.js';
 import { ControllerTestEnv } from '../env.js';
@@ -624,6 +624,38 @@ describe('MachineDeploymentController.reconcile', () => {
       'cluster-autoscaler.kubernetes.io/scale-down-disabled': 'true',
     });
     expect(condition('Progressing')).to.deep.include({ status: 'True', reason: 'NewMachineSetAvailable' });
+  });
+
+  it('goes on rolling when a node cannot be patched, then fails the pass so the key backs off', async () => {
+    const v1 = deployment('d', 2, { annotations: { 'deployment.kubernetes.io/revision': '1' } });
+    const old = ownedSet(v1, 2, { revision: 1 });
+    await setup({
+      mcd: withClass(v1, 'large'),
+      sets: [old],
+      machines: [machineOf(old, 'old-0', { node: 'n-old' })],
+      nodes: [node('n-old')],
+    });
+    const refused = new UnavailableError('admission webhook unavailable', 503, 'ServiceUnavailable');
+    env.target.react((a) => (a.verb === 'patch' && a.name === 'n-old' ? refused : undefined));
+    const error = await controller.reconcile(KEY, rctx).then(
+      () => undefined,
+      (err: unknown) => err,
+    );
+    expect(error, 'the failure reaches the work queue').to.be.instanceOf(Error);
+    expect((error as Error).message).to.contain('n-old');
+    expect((error as Error).cause).to.equal(refused);
+    await env.settle();
+    expect(replicasOfClass('large'), 'the rollout step was taken').to.equal(1);
+    expect(
+      setOfClass('small')?.metadata.annotations,
+      'the old set is not marked done while its node is not tainted',
+    ).to.not.have.property('deployment.machine.sapcloud.io/prefer-no-schedule');
+
+    env.target.clearReactors();
+    await reconcile();
+    expect(env.target.peek<Node>(CoreResources.nodes, 'n-old')?.spec?.taints?.[0]?.key).to.equal(
+      'deployment.machine.sapcloud.io/prefer-no-schedule',
+    );
   });
 
   it('leaves nodes alone without a target cluster', async () => {

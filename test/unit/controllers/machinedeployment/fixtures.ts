@@ -7,8 +7,8 @@ import {
   type MachineSet,
 } from '../../../../lib/api/types.js';
 import { templateHash } from '../../../../lib/controllers/machinedeployment/hash.js';
-import { buildNewMachineSet } from '../../../../lib/controllers/machinedeployment/sync.js';
-import type { SetState } from '../../../../lib/controllers/machinedeployment/sync.js';
+import { buildNewMachineSet } from '../../../../lib/controllers/machinedeployment/newset.js';
+import type { SetState } from '../../../../lib/controllers/machinedeployment/sets.js';
 
 export const NS = 'default';
 export const NOW = Date.UTC(2026, 10, 21, 10, 0, 0);

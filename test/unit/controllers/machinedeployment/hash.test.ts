@@ -5,7 +5,6 @@ import {
   encodeHash,
   fnv32a,
   machineSetName,
-  semanticallyEqual,
   stableStringify,
   templateHash,
   templatesEqualIgnoringHash,
@@ -139,10 +138,7 @@ describe('machinedeployment hash', () => {
     );
   });
 
-  it('compares values semantically and serialises them stably', () => {
-    expect(semanticallyEqual(undefined, {})).to.equal(true);
-    expect(semanticallyEqual({ a: '' }, {})).to.equal(true);
-    expect(semanticallyEqual({ a: 1 }, { a: 2 })).to.equal(false);
+  it('serialises values stably (the input of the hash)', () => {
     expect(stableStringify({ b: 1, a: { d: 1, c: 2 } })).to.equal('{"a":{"c":2,"d":1},"b":1}');
   });
 });

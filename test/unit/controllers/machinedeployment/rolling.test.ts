@@ -1,7 +1,7 @@
 import { expect } from 'chai';
 
 import { planRollingStep, type RollingStep } from '../../../../lib/controllers/machinedeployment/rolling.js';
-import type { SetState } from '../../../../lib/controllers/machinedeployment/sync.js';
+import type { SetState } from '../../../../lib/controllers/machinedeployment/sets.js';
 import { state } from './fixtures.js';
 
 const changes = (step: RollingStep): Record<string, number> =>

@@ -1,0 +1,187 @@
+import { stat, readFile } from 'node:fs/promises';
+import https from 'node:https';
+import { createSecureContext } from 'node:tls';
+
+import { KubeConfig, type Cluster, type User } from '@kubernetes/client-node';
+
+import type { Logger } from '../observability/logger.js';
+import type { Clock } from './clock.js';
+
+/** How often the CA, certificate and key files are checked for a change by default. */
+export const DEFAULT_CREDENTIAL_CHECK_MS = 10_000;
+
+interface TlsMaterial {
+  ca?: Buffer | undefined;
+  cert?: Buffer | undefined;
+  key?: Buffer | undefined;
+}
+
+interface TlsState {
+  agent: https.Agent;
+  /** Identity of the files the material was read from (empty for inline data). */
+  stamp: string;
+  material: TlsMaterial;
+}
+
+function sameBuffer(a: Buffer | undefined, b: Buffer | undefined): boolean {
+  return a === undefined || b === undefined ? a === b : a.equals(b);
+}
+
+/** Stops an agent that is no longer used: idle sockets now, busy ones once their request ends. */
+function retire(agent: https.Agent): void {
+  for (const sockets of Object.values(agent.freeSockets)) for (const s of sockets ?? []) s.destroy();
+  agent.on('free', (socket: { destroy(): void }) => {
+    socket.destroy();
+  });
+}
+
+/**
+ * The credentials of one kubeconfig context, read once and cached: the TLS material (CA, client
+ * certificate and key) in a keep-alive agent, and the authorization headers from client-node's
+ * authenticators (bearer token, token file, exec plugin), which cache and refresh on their own.
+ *
+ * Material that comes from files is reloaded when a file changes (checked at most every
+ * checkIntervalMs, by inode, size and modification time, so a Secret volume's symlink swap counts):
+ * requests then open connections with the new certificate, requests under way finish on the old
+ * one. A half-written rotation (certificate and key that do not match, a file missing for a moment)
+ * keeps the previous material until the next check.
+ */
+export class ClientCredentials {
+  private readonly cluster: Cluster | null;
+  private readonly user: User | null;
+  /** The same context without TLS material: computing headers reads no certificate files. */
+  private readonly headerConfig: KubeConfig;
+  private readonly files: string[];
+  private tls: TlsState | undefined;
+  private checkedAt = Number.NEGATIVE_INFINITY;
+  private refreshing: Promise<https.Agent> | undefined;
+
+  constructor(
+    kubeConfig: KubeConfig,
+    private readonly opts: {
+      clock: Clock;
+      checkIntervalMs?: number | undefined;
+      logger?: Logger | undefined;
+    },
+  ) {
+    this.cluster = kubeConfig.getCurrentCluster();
+    this.user = kubeConfig.getCurrentUser();
+    this.files = [this.cluster?.caFile, this.user?.certFile, this.user?.keyFile].filter(
+      (f): f is string => f !== undefined && f !== '',
+    );
+    this.headerConfig = new KubeConfig();
+    const clusterName = this.cluster?.name;
+    const userName = this.user?.name;
+    this.headerConfig.loadFromOptions({
+      clusters: kubeConfig.getClusters().map((c) => {
+        if (c.name !== clusterName) return c;
+        const { caFile: _caFile, caData: _caData, ...rest } = c;
+        return rest;
+      }),
+      users: kubeConfig.getUsers().map((u) => {
+        if (u.name !== userName) return u;
+        const { certFile: _cf, certData: _cd, keyFile: _kf, keyData: _kd, ...rest } = u;
+        return rest;
+      }),
+      contexts: kubeConfig.getContexts(),
+      currentContext: kubeConfig.getCurrentContext(),
+    });
+  }
+
+  /** The agent with the current TLS material (checking the files when the interval has passed). */
+  agent(): Promise<https.Agent> {
+    const interval = this.opts.checkIntervalMs ?? DEFAULT_CREDENTIAL_CHECK_MS;
+    const now = this.opts.clock.now();
+    if (this.tls !== undefined && now - this.checkedAt < interval) return Promise.resolve(this.tls.agent);
+    this.refreshing ??= this.refresh(now).finally(() => {
+      this.refreshing = undefined;
+    });
+    return this.refreshing;
+  }
+
+  /** Authorization (and impersonation) headers for one request. */
+  async headers(): Promise<Record<string, string>> {
+    const o: https.RequestOptions = {};
+    await this.headerConfig.applyToHTTPSOptions(o);
+    const headers: Record<string, string> = {};
+    for (const [k, v] of Object.entries(o.headers ?? {})) {
+      if (typeof v === 'string') headers[k] = v;
+      else if (typeof v === 'number') headers[k] = String(v);
+    }
+    if (o.auth !== undefined && o.auth !== null) {
+      headers.Authorization = `Basic ${Buffer.from(o.auth).toString('base64')}`;
+    }
+    return headers;
+  }
+
+  /** Closes the agent's sockets (on shutdown). */
+  close(): void {
+    this.tls?.agent.destroy();
+  }
+
+  private async stamp(): Promise<string> {
+    const parts = await Promise.all(
+      this.files.map(async (f) => {
+        const s = await stat(f);
+        return `${f}:${s.dev}:${s.ino}:${s.size}:${s.mtimeMs}`;
+      }),
+    );
+    return parts.join('|');
+  }
+
+  private async read(): Promise<TlsMaterial> {
+    const load = async (file: string | undefined, data: string | undefined): Promise<Buffer | undefined> => {
+      if (file !== undefined && file !== '') return readFile(file);
+      if (data !== undefined && data !== '') return Buffer.from(data, 'base64');
+      return undefined;
+    };
+    const [ca, cert, key] = await Promise.all([
+      load(this.cluster?.caFile, this.cluster?.caData),
+      load(this.user?.certFile, this.user?.certData),
+      load(this.user?.keyFile, this.user?.keyData),
+    ]);
+    // Throws when the certificate and key do not belong together (a rotation half done).
+    createSecureContext({ ca, cert, key });
+    return { ca, cert, key };
+  }
+
+  private async refresh(now: number): Promise<https.Agent> {
+    this.checkedAt = now;
+    const current = this.tls;
+    let stamp: string;
+    let material: TlsMaterial;
+    try {
+      stamp = await this.stamp();
+      if (current?.stamp === stamp) return current.agent;
+      material = await this.read();
+    } catch (err) {
+      if (current === undefined) throw err;
+      this.opts.logger?.warn('cannot reload the client credentials; keeping the current ones', { err });
+      return current.agent;
+    }
+    if (
+      current !== undefined &&
+      sameBuffer(current.material.ca, material.ca) &&
+      sameBuffer(current.material.cert, material.cert) &&
+      sameBuffer(current.material.key, material.key)
+    ) {
+      current.stamp = stamp;
+      return current.agent;
+    }
+    const options: https.AgentOptions = { keepAlive: true, keepAliveMsecs: 30_000, scheduling: 'lifo' };
+    if (material.ca !== undefined) options.ca = material.ca;
+    if (material.cert !== undefined) options.cert = material.cert;
+    if (material.key !== undefined) options.key = material.key;
+    if (this.cluster?.skipTLSVerify === true) options.rejectUnauthorized = false;
+    if (this.cluster?.tlsServerName !== undefined) options.servername = this.cluster.tlsServerName;
+    const agent = new https.Agent(options);
+    this.tls = { agent, stamp, material };
+    if (current !== undefined) {
+      retire(current.agent);
+      this.opts.logger?.info('reloaded the client credentials (CA, certificate or key changed)', {
+        files: this.files,
+      });
+    }
+    return agent;
+  }
+}

@@ -1,0 +1,78 @@
+import { expect } from 'chai';
+
+import { defaultConfig, type ManagerConfig } from '../../lib/config.js';
+import { Manager } from '../../lib/manager.js';
+import { CapturingLogger, type CapturedLine } from '../../lib/observability/logger.js';
+import { startControlPlane, type ControlPlane } from '../harness/controlplane.js';
+import { until } from './env/until.js';
+
+/** Which informer or client a line is about. */
+function source(l: CapturedLine): string {
+  const { informer, server, userAgent } = l.fields;
+  return typeof informer === 'string'
+    ? `informer ${informer}`
+    : `client ${String(userAgent)} ${String(server)}`;
+}
+
+describe('manager: a kube-apiserver outage in the log', function () {
+  this.timeout(240_000);
+  let cp: ControlPlane;
+
+  before(async function () {
+    this.timeout(240_000);
+    cp = await startControlPlane({ installCRDs: true });
+  });
+
+  after(async () => {
+    await (cp as ControlPlane | undefined)?.stop();
+  });
+
+  it('warns while the API server is down and logs one info line per informer and client once it is back', async () => {
+    const logger = new CapturingLogger();
+    const config: ManagerConfig = {
+      ...defaultConfig,
+      namespace: 'default',
+      address: '127.0.0.1',
+      port: 0,
+      leaderElect: false,
+      controllers: ['machineset', 'machinedeployment', 'safety'],
+    };
+    const m = new Manager(config, { logger, controlKubeConfig: cp.kubeConfig });
+    await m.start();
+    try {
+      await cp.stopApiServer();
+      try {
+        await until(
+          'a warning about the outage',
+          () => logger.lines.some((l) => l.level === 'warn' && l.msg.endsWith('failing repeatedly')),
+          60_000,
+        );
+      } finally {
+        await cp.startApiServer();
+      }
+      const warned = (): Set<string> =>
+        new Set(
+          logger.lines.filter((l) => l.level === 'warn' && l.msg.endsWith('failing repeatedly')).map(source),
+        );
+      const recoveries = (): CapturedLine[] =>
+        logger.lines.filter((l) => l.level === 'info' && l.msg.endsWith('recovered'));
+      await until(
+        'every source that warned reports its recovery',
+        () => [...warned()].every((s) => recoveries().some((l) => source(l) === s)),
+        90_000,
+      );
+      const perSource = new Map<string, number>();
+      for (const l of recoveries()) perSource.set(source(l), (perSource.get(source(l)) ?? 0) + 1);
+      expect(
+        [...perSource.values()].every((n) => n === 1),
+        JSON.stringify([...perSource]),
+      ).to.equal(true);
+      expect(
+        logger.lines.filter((l) => l.level === 'error'),
+        'an outage of the API is no error of the manager',
+      ).to.deep.equal([]);
+    } finally {
+      await m.stop();
+    }
+  });
+});
