@@ -242,9 +242,11 @@ describe('Helm chart charts/machine-controller-manager', function () {
     });
 
     it('ships exactly the CRDs that lib/api generates', async () => {
-      const r = await helm.run(['show', 'crds', CHART_DIR]);
+      // What helm install applies: each file of crds/ (`helm show crds` joins them without separators).
+      const r = await helm.run(['template', RELEASE, CHART_DIR, '--include-crds']);
       expect(r.code, r.stderr).to.equal(0);
       const shipped = parseManifests(r.stdout)
+        .filter((d) => d.kind === 'CustomResourceDefinition')
         .map((d) => JSON.parse(JSON.stringify(d)) as K8sDoc)
         .sort((a, b) => a.metadata.name.localeCompare(b.metadata.name));
       const generated = allCRDs
@@ -368,19 +370,6 @@ describe('Helm chart charts/machine-controller-manager', function () {
         'controller_runtime_reconcile_total',
       ]);
     });
-
-    it('prints the cluster-autoscaler cloud-config and flags in NOTES.txt', async () => {
-      const r = await helm.run(['install', RELEASE, CHART_DIR, '--namespace', NS, '--dry-run=client']);
-      expect(r.code, r.stderr).to.equal(0);
-      const notes = r.stdout.slice(r.stdout.indexOf('NOTES:'));
-      expect(notes).to.contain(`address: "${FULLNAME}-grpc.${NS}.svc:8086"`);
-      expect(notes).to.contain('cert: "/etc/mcm-client-tls/tls.crt"');
-      expect(notes).to.contain('key: "/etc/mcm-client-tls/tls.key"');
-      expect(notes).to.contain('cacert: "/etc/mcm-client-tls/ca.crt"');
-      expect(notes).to.contain('--cloud-provider=externalgrpc');
-      expect(notes).to.contain('--cloud-config=');
-      expect(notes).to.contain(`${NS}/${FULLNAME}-autoscaler-client-tls`);
-    });
   });
 
   describe('against a real kube-apiserver', () => {
@@ -460,7 +449,7 @@ describe('Helm chart charts/machine-controller-manager', function () {
       for (const d of docs) {
         const ns = d.metadata.namespace;
         const group = d.apiVersion.includes('/') ? d.apiVersion.split('/')[0] : undefined;
-        const type = group === undefined ? d.kind : `${d.kind}.${group}`;
+        const type = (group === undefined ? d.kind : `${d.kind}.${group}`).toLowerCase();
         const r = await kubectl([
           'get',
           type,
@@ -496,6 +485,18 @@ describe('Helm chart charts/machine-controller-manager', function () {
       expect(await secretData(`${FULLNAME}-autoscaler-client-tls`)).to.deep.equal(clientBefore);
     });
 
+    it('prints the cluster-autoscaler cloud-config and flags in NOTES.txt', async () => {
+      const r = await helmK.run(['get', 'notes', RELEASE, '--namespace', NS]);
+      expect(r.code, r.stderr).to.equal(0);
+      const notes = r.stdout;
+      expect(notes).to.contain(`address: "${FULLNAME}-grpc.${NS}.svc:8086"`);
+      expect(notes).to.contain('cert: "/etc/mcm-client-tls/tls.crt"');
+      expect(notes).to.contain('key: "/etc/mcm-client-tls/tls.key"');
+      expect(notes).to.contain('cacert: "/etc/mcm-client-tls/ca.crt"');
+      expect(notes).to.contain('--cloud-provider=externalgrpc');
+      expect(notes).to.contain('--cloud-config=');
+      expect(notes).to.contain(`${NS}/${FULLNAME}-autoscaler-client-tls`);
+    });
     it('the generated certificates do mTLS for the Service name and refuse a client without a certificate', async () => {
       const read = async (name: string): Promise<Record<string, string>> => {
         const r = await kubectl(['get', 'secret', name, '-n', NS, '-o', 'json']);
@@ -761,6 +762,7 @@ describe('Helm chart charts/machine-controller-manager', function () {
             'spec:',
             '  replicas: 2',
             '  selector: {matchLabels: {pool: workers}}',
+            '  strategy: {type: RollingUpdate, rollingUpdate: {maxSurge: 1, maxUnavailable: 0}}',
             '  template:',
             '    metadata: {labels: {pool: workers}}',
             '    spec: {class: {kind: MachineClass, name: virtual}}',
@@ -829,11 +831,17 @@ describe('Helm chart charts/machine-controller-manager', function () {
         );
         expect(log).to.not.match(/forbidden|\b403\b/i);
         expect(log).to.contain('controllers started');
+      } catch (err) {
+        const tail = log.split('\n').slice(-30).join('\n');
+        throw new Error(
+          `${err instanceof Error ? err.message : String(err)}\nmanager log (last lines):\n${tail}`,
+          {
+            cause: err,
+          },
+        );
       } finally {
         child.kill('SIGTERM');
-        const code = await exited;
-        if (code !== 0) console.log(log.split('\n').slice(-40).join('\n'));
-        expect(code, 'manager exit code after SIGTERM').to.equal(0);
+        expect(await exited, 'manager exit code after SIGTERM').to.equal(0);
       }
     });
   });
