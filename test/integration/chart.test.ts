@@ -83,6 +83,11 @@ interface PodSpec {
   containers: Container[];
   volumes: { name: string; secret?: { secretName: string } }[];
 }
+interface Rule {
+  apiGroups: string[];
+  resources: string[];
+  verbs: string[];
+}
 const podSpec = (d: K8sDoc): PodSpec => (d.spec as { template: { spec: PodSpec } }).template.spec;
 const container = (d: K8sDoc): Container => {
   const c = podSpec(d).containers[0];
@@ -310,6 +315,63 @@ describe('Helm chart charts/machine-controller-manager', function () {
       const insecureDocs = parseManifests(insecure);
       expect(container(findDoc(insecureDocs, 'Deployment')).args).to.include('--grpc-insecure');
       expect(insecureDocs.filter((x) => x.kind === 'Secret')).to.deep.equal([]);
+    });
+
+    it('renders the RBAC each target mode and feature needs, and no more', async () => {
+      const rules = (docs: K8sDoc[], kind: string, suffix = ''): Rule[] =>
+        (findDoc(docs, kind, suffix) as unknown as { rules: Rule[] }).rules;
+      const verbsOf = (rs: Rule[], resource: string): string[] =>
+        rs.filter((r) => r.resources.includes(resource)).flatMap((r) => r.verbs);
+
+      const control = parseManifests(await helm.template(RELEASE, NS));
+      expect(verbsOf(rules(control, 'ClusterRole', '-target'), 'nodes')).to.include('create');
+      expect(verbsOf(rules(control, 'Role', '-bootstrap-tokens'), 'secrets')).to.have.members([
+        'get',
+        'create',
+        'delete',
+      ]);
+      expect(verbsOf(rules(control, 'Role', FULLNAME), 'configmaps')).to.deep.equal([]);
+
+      const noVirtual = parseManifests(
+        await helm.template(RELEASE, NS, ['--set', 'rbac.virtualProvider=false,rbac.bootstrapTokens=false']),
+      );
+      expect(verbsOf(rules(noVirtual, 'ClusterRole', '-target'), 'nodes')).to.not.include('create');
+      expect(noVirtual.filter((d) => d.metadata.name.endsWith('-bootstrap-tokens'))).to.deep.equal([]);
+
+      const none = parseManifests(await helm.template(RELEASE, NS, ['--set', 'targetCluster.mode=none']));
+      expect(none.filter((d) => d.kind === 'ClusterRole' || d.kind === 'ClusterRoleBinding')).to.deep.equal(
+        [],
+      );
+      expect(verbsOf(rules(none, 'Role', FULLNAME), 'configmaps')).to.have.members([
+        'get',
+        'list',
+        'watch',
+        'create',
+        'delete',
+      ]);
+      expect(container(findDoc(none, 'Deployment')).args).to.include('--target-kubeconfig=none');
+
+      const remote = parseManifests(
+        await helm.template(RELEASE, NS, [
+          '--set',
+          'targetCluster.mode=kubeconfig,targetCluster.kubeconfigSecret.name=target,targetCluster.kubeconfigSecret.key=kc',
+        ]),
+      );
+      expect(remote.filter((d) => d.kind === 'ClusterRole')).to.deep.equal([]);
+      const d = findDoc(remote, 'Deployment');
+      expect(container(d).args).to.include('--target-kubeconfig=/etc/mcm/target/kc');
+      expect(podSpec(d).volumes.find((v) => v.name === 'target-kubeconfig')?.secret?.secretName).to.equal(
+        'target',
+      );
+      const missing = await helm.run([
+        'template',
+        RELEASE,
+        CHART_DIR,
+        '--set',
+        'targetCluster.mode=kubeconfig',
+      ]);
+      expect(missing.code).to.not.equal(0);
+      expect(missing.stderr).to.contain('targetCluster.kubeconfigSecret.name is empty');
     });
 
     it('takes the gRPC certificates from cert-manager or from a named Secret when asked', async () => {
