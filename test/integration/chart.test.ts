@@ -850,6 +850,41 @@ describe('Helm chart charts/machine-controller-manager', function () {
         const nodes = await kubectl(['get', 'nodes', '-o', 'name']);
         expect(nodes.stdout.trim().split('\n')).to.have.length(2);
 
+        if (grpc) {
+          // The gRPC server took the chart's server certificate and accepts the chart's client
+          // certificate for the Service name, as cluster-autoscaler will present them.
+          const r = await kubectl([
+            'get',
+            'secret',
+            `${FULLNAME}-autoscaler-client-tls`,
+            '-n',
+            NS,
+            '-o',
+            'json',
+          ]);
+          const data = (JSON.parse(r.stdout) as { data: Record<string, string> }).data;
+          const pem = (k: string): string => Buffer.from(data[k] ?? '', 'base64').toString();
+          const authorized = await new Promise<boolean>((resolve, reject) => {
+            const socket = tls.connect(
+              {
+                host: '127.0.0.1',
+                port: grpcPort,
+                servername: `${FULLNAME}-grpc.${NS}.svc`,
+                ca: pem('ca.crt'),
+                cert: pem('tls.crt'),
+                key: pem('tls.key'),
+                ALPNProtocols: ['h2'],
+              },
+              () => {
+                resolve(socket.authorized);
+                socket.end();
+              },
+            );
+            socket.on('error', reject);
+          });
+          expect(authorized).to.equal(true);
+        }
+
         // Every metric family the alerts and the dashboard use is exported (or comes with pending work).
         const metrics = await httpGetText(`http://127.0.0.1:${metricsPort}/metrics`);
         const exported = new Set([...metrics.text.matchAll(/^# TYPE (\S+) /gm)].map((m) => m[1] ?? ''));

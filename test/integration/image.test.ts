@@ -143,6 +143,12 @@ describe('container image (Dockerfile)', function () {
         cp = await startControlPlane({ installCRDs: true });
         const port = await freePort();
         const [, ...entry] = runtime.entrypoint ?? [];
+        // With the gRPC server in the build, start it too, so its .proto files must be in the image.
+        const help = await run(process.execPath, [...entry, '--help'], { cwd: app() });
+        const grpc = help.stdout.includes('--grpc-address')
+          ? [`--grpc-address=127.0.0.1:${await freePort()}`, '--grpc-insecure']
+          : [];
+        if (grpc.length === 0) console.log('      (no gRPC server in this build: started without it)');
         const child = spawn(
           process.execPath,
           [
@@ -152,6 +158,7 @@ describe('container image (Dockerfile)', function () {
             '--leader-elect=false',
             '--address=127.0.0.1',
             `--port=${port}`,
+            ...grpc,
           ],
           { cwd: app(), stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, ...runtime.env } },
         );
