@@ -154,6 +154,15 @@ describe('Helm chart charts/machine-controller-manager', function () {
       }
     });
 
+    it("carries package.json's version as its version and appVersion (the image tag it defaults to)", () => {
+      const pkg = JSON.parse(readFileSync(path.join(repoRoot, 'package.json'), 'utf8')) as {
+        version: string;
+      };
+      const chart = readFileSync(path.join(CHART_DIR, 'Chart.yaml'), 'utf8');
+      expect(/^version: (\S+)$/m.exec(chart)?.[1]).to.equal(pkg.version);
+      expect(/^appVersion: '?"?([^'"\s]+)/m.exec(chart)?.[1]).to.equal(pkg.version);
+    });
+
     it('values.schema.json sets additionalProperties: false on every object it defines', () => {
       const schema: unknown = JSON.parse(readFileSync(path.join(CHART_DIR, 'values.schema.json'), 'utf8'));
       const open: string[] = [];
