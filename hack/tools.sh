@@ -254,7 +254,7 @@ components=()
 for arg in "${@:-all}"; do
   case "$arg" in
     all) components+=(etcd kube kwok helm cluster-autoscaler) ;;
-    test) components+=(etcd kube kwok) ;;
+    test) components+=(etcd kube kwok helm) ;;
     etcd | kube | kwok | helm | cluster-autoscaler) components+=("$arg") ;;
     *)
       echo "unknown component '$arg' (expected all, test, etcd, kube, kwok, helm, cluster-autoscaler)" >&2

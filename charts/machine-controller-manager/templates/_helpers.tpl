@@ -1,0 +1,126 @@
+{{/* Chart name, truncated to the 63 characters a label value may hold. */}}
+{{- define "mcm.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Fully qualified app name; the release name alone when it already contains the chart name. */}}
+{{- define "mcm.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "mcm.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "mcm.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "mcm.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "mcm.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/component: machine-controller-manager
+{{- end }}
+
+{{- define "mcm.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "mcm.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* Namespace of the machine objects (--namespace). */}}
+{{- define "mcm.controlNamespace" -}}
+{{- default .Release.Namespace .Values.controlNamespace }}
+{{- end }}
+
+{{- define "mcm.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{- define "mcm.metricsServiceName" -}}
+{{- printf "%s-metrics" (include "mcm.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "mcm.grpcServiceName" -}}
+{{- printf "%s-grpc" (include "mcm.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Whether the gRPC server runs with mTLS. */}}
+{{- define "mcm.grpcTLS" -}}
+{{- if and .Values.grpc.enabled (not .Values.grpc.insecure) }}true{{- end }}
+{{- end }}
+
+{{/* Secret with the server certificate (tls.crt, tls.key) and the client CA (ca.crt). */}}
+{{- define "mcm.grpcServerSecretName" -}}
+{{- if .Values.tls.existingSecret }}
+{{- .Values.tls.existingSecret }}
+{{- else }}
+{{- printf "%s-grpc-server-tls" (include "mcm.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
+{{- define "mcm.grpcCASecretName" -}}
+{{- printf "%s-grpc-ca" (include "mcm.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "mcm.clientSecretName" -}}
+{{- printf "%s-autoscaler-client-tls" (include "mcm.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "mcm.clientSecretNamespace" -}}
+{{- default .Release.Namespace .Values.tls.clientSecret.namespace }}
+{{- end }}
+
+{{/* DNS names the server certificate must hold: the gRPC Service in every usual spelling. */}}
+{{- define "mcm.grpcDnsNames" -}}
+{{- $svc := include "mcm.grpcServiceName" . }}
+{{- $ns := .Release.Namespace }}
+{{- $names := list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns) }}
+{{- concat $names .Values.tls.extraDnsNames | toJson }}
+{{- end }}
+
+{{/* The address the autoscaler dials: host:port of the gRPC Service. */}}
+{{- define "mcm.grpcClientAddress" -}}
+{{- printf "%s.%s.svc:%d" (include "mcm.grpcServiceName" .) .Release.Namespace (int .Values.grpc.port) }}
+{{- end }}
+
+{{/* Fails on combinations of values that cannot work, with a message that says what to change. */}}
+{{- define "mcm.validate" -}}
+{{- if and (gt (int .Values.replicaCount) 1) (not .Values.leaderElection.enabled) }}
+{{- fail (printf "replicaCount is %d but leaderElection.enabled is false: more than one replica needs leader election (set leaderElection.enabled=true or replicaCount=1)" (int .Values.replicaCount)) }}
+{{- end }}
+{{- if and (eq .Values.targetCluster.mode "kubeconfig") (not .Values.targetCluster.kubeconfigSecret.name) }}
+{{- fail "targetCluster.mode is kubeconfig but targetCluster.kubeconfigSecret.name is empty: name the Secret that holds the target cluster's kubeconfig" }}
+{{- end }}
+{{- if and .Values.tls.existingSecret .Values.tls.certManager.enabled }}
+{{- fail "tls.existingSecret and tls.certManager.enabled are both set: choose one source of the gRPC certificates" }}
+{{- end }}
+{{- if and .Values.podDisruptionBudget.enabled (not (kindIs "invalid" .Values.podDisruptionBudget.minAvailable)) (not (kindIs "invalid" .Values.podDisruptionBudget.maxUnavailable)) }}
+{{- fail "podDisruptionBudget: set either minAvailable or maxUnavailable (set the other to null)" }}
+{{- end }}
+{{- if and .Values.podDisruptionBudget.enabled (not (kindIs "invalid" .Values.podDisruptionBudget.minAvailable)) (le (int .Values.replicaCount) (int .Values.podDisruptionBudget.minAvailable)) }}
+{{- fail (printf "podDisruptionBudget.minAvailable=%d with replicaCount=%d would block every voluntary eviction (node drains) forever: raise replicaCount or use maxUnavailable" (int .Values.podDisruptionBudget.minAvailable) (int .Values.replicaCount)) }}
+{{- end }}
+{{- if and (include "mcm.grpcTLS" .) .Values.tls.certManager.enabled .Values.tls.clientSecret.create (ne (include "mcm.clientSecretNamespace" .) .Release.Namespace) (ne .Values.tls.certManager.issuerRef.kind "ClusterIssuer") }}
+{{- fail "tls.clientSecret.namespace differs from the release namespace: cert-manager can issue the client certificate there only from a ClusterIssuer (set tls.certManager.issuerRef to one)" }}
+{{- end }}
+{{- range .Values.grpc.nodeGroups }}
+{{- if gt (int .min) (int .max) }}
+{{- fail (printf "grpc.nodeGroups %s: min (%d) is greater than max (%d)" .name (int .min) (int .max)) }}
+{{- end }}
+{{- end }}
+{{- end }}

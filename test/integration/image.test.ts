@@ -1,0 +1,195 @@
+import { spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync } from 'node:fs';
+import http from 'node:http';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+
+import { expect } from 'chai';
+
+import { startControlPlane, type ControlPlane } from '../harness/controlplane.js';
+import { freePort } from '../harness/process.js';
+import { repoRoot } from '../harness/tools.js';
+import { run } from './env/chart.js';
+import {
+  dockerContextFiles,
+  materializeContext,
+  parseDockerfile,
+  runDockerfileStages,
+  type StageResult,
+} from './env/dockerfile.js';
+import { until } from './env/until.js';
+
+const DOCKERFILE = path.join(repoRoot, 'Dockerfile');
+
+function filesUnder(dir: string, skip: (rel: string) => boolean, rel = ''): string[] {
+  const out: string[] = [];
+  for (const name of readdirSync(path.join(dir, rel))) {
+    const child = rel === '' ? name : `${rel}/${name}`;
+    if (skip(child)) continue;
+    if (statSync(path.join(dir, child)).isDirectory()) out.push(...filesUnder(dir, skip, child));
+    else out.push(child);
+  }
+  return out;
+}
+
+describe('container image (Dockerfile)', function () {
+  this.timeout(240_000);
+
+  it('is multi-stage: tsc in a build stage, npm ci --omit=dev, a slim Node LTS base, non-root, node dist/cmd/manager.js', () => {
+    const { args, stages } = parseDockerfile(readFileSync(DOCKERFILE, 'utf8'));
+    expect(stages.length).to.be.greaterThanOrEqual(2);
+    const base = (from: string): string => from.replace(/\$\{(\w+)\}/g, (_m, k: string) => args[k] ?? '');
+    for (const s of stages) expect(base(s.from)).to.match(/^node:(20|22|24)-[a-z]+-slim$/);
+    const runs = stages.flatMap((s) => s.instructions.filter((i) => i.op === 'RUN').map((i) => i.args));
+    expect(runs.some((r) => /\btsc\b/.test(r))).to.equal(true);
+    expect(runs.some((r) => /npm ci\b.*--omit=dev/.test(r))).to.equal(true);
+    const final = stages[stages.length - 1];
+    if (final === undefined) throw new Error('no stage');
+    const last = (op: string): string | undefined =>
+      final.instructions.filter((i) => i.op === op).pop()?.args;
+    expect(JSON.parse(last('ENTRYPOINT') ?? 'null')).to.deep.equal(['node', 'dist/cmd/manager.js']);
+    const user = last('USER') ?? '';
+    expect(user, 'the runtime user must be numeric so runAsNonRoot can verify it').to.match(
+      /^[1-9]\d*(:\d+)?$/,
+    );
+    // The runtime stage compiles nothing and installs nothing: it only copies from earlier stages.
+    expect(final.instructions.filter((i) => i.op === 'RUN')).to.deep.equal([]);
+    for (const copy of final.instructions.filter((i) => i.op === 'COPY'))
+      expect(copy.args).to.match(/--from=/);
+    const names = stages.map((s) => s.name);
+    for (const s of stages)
+      for (const c of s.instructions.filter((i) => i.op === 'COPY')) {
+        const from = /--from=(\S+)/.exec(c.args)?.[1];
+        if (from !== undefined) expect(names, `COPY --from=${from}`).to.include(from);
+      }
+  });
+
+  it('.dockerignore keeps the build context to what the build reads', () => {
+    const files = dockerContextFiles(repoRoot);
+    expect(files).to.include.members([
+      'package.json',
+      'package-lock.json',
+      'tsconfig.json',
+      'tsconfig.build.json',
+    ]);
+    expect(files).to.include('cmd/manager.ts');
+    expect(files).to.not.include('cmd/dev.ts');
+    expect(files.some((f) => f.startsWith('lib/'))).to.equal(true);
+    expect(
+      files.filter((f) => /^(test|charts|hack|\.ci|\.git)\//.test(f) || f.endsWith('.md')),
+    ).to.deep.equal([]);
+    // Every COPY source of the build context exists in it.
+    const { stages } = parseDockerfile(readFileSync(DOCKERFILE, 'utf8'));
+    for (const s of stages)
+      for (const c of s.instructions.filter((i) => i.op === 'COPY' && !i.args.includes('--from='))) {
+        const srcs = c.args.split(/\s+/).filter((w) => !w.startsWith('--'));
+        srcs.pop();
+        for (const src of srcs)
+          if (src !== '.')
+            expect(
+              files.some((f) => f === src || f.startsWith(`${src}/`)),
+              src,
+            ).to.equal(true);
+      }
+  });
+
+  describe('its stages, run on this machine without a container runtime', () => {
+    let scratch: string;
+    let runtime: StageResult;
+
+    before(async function () {
+      this.timeout(900_000);
+      scratch = mkdtempSync(path.join(tmpdir(), 'mcm-image-'));
+      const context = path.join(scratch, 'context');
+      materializeContext(repoRoot, context);
+      const stages = await runDockerfileStages(DOCKERFILE, context, path.join(scratch, 'stages'));
+      const last = [...stages.values()].pop();
+      if (last === undefined) throw new Error('no stage ran');
+      runtime = last;
+    });
+
+    after(() => {
+      if ((scratch as string | undefined) !== undefined) rmSync(scratch, { recursive: true, force: true });
+    });
+
+    const app = (): string => path.join(runtime.root, runtime.workdir);
+
+    it('leaves production dependencies only and no TypeScript sources or tests in the runtime stage', () => {
+      const modules = readdirSync(path.join(app(), 'node_modules'));
+      for (const dep of ['@grpc', '@kubernetes', 'prom-client', 'winston']) expect(modules).to.include(dep);
+      for (const dev of ['typescript', 'mocha', 'chai', 'eslint', 'prettier', 'c8', 'fast-check'])
+        expect(modules, `dev dependency ${dev} in the image`).to.not.include(dev);
+      const own = filesUnder(app(), (rel) => rel === 'node_modules');
+      expect(own).to.include('dist/cmd/manager.js');
+      expect(
+        own.filter((f) => f.endsWith('.ts') || f.startsWith('dist/test/') || f.startsWith('dist/hack/')),
+      ).to.deep.equal([]);
+      expect(existsSync(path.join(app(), 'dist', 'cmd', 'dev.js'))).to.equal(false);
+      expect(runtime.env.NODE_ENV).to.equal('production');
+    });
+
+    it('runs the entrypoint with --help', async () => {
+      const [cmd, ...entry] = runtime.entrypoint ?? [];
+      expect(cmd).to.equal('node');
+      const r = await run(process.execPath, [...entry, '--help'], { cwd: app() });
+      expect(r.code, r.stderr).to.equal(0);
+      expect(r.stdout).to.contain('Usage: machine-controller-manager');
+      expect(r.stdout).to.contain('--control-kubeconfig');
+    });
+
+    it('serves a real control plane from the runtime stage alone: ready, then exit 0 on SIGTERM', async () => {
+      let cp: ControlPlane | undefined;
+      try {
+        cp = await startControlPlane({ installCRDs: true });
+        const port = await freePort();
+        const [, ...entry] = runtime.entrypoint ?? [];
+        // With the gRPC server in the build, start it too, so its .proto files must be in the image.
+        const help = await run(process.execPath, [...entry, '--help'], { cwd: app() });
+        const grpc = help.stdout.includes('--grpc-address')
+          ? [`--grpc-address=127.0.0.1:${await freePort()}`, '--grpc-insecure']
+          : [];
+        if (grpc.length === 0) console.log('      (no gRPC server in this build: started without it)');
+        const child = spawn(
+          process.execPath,
+          [
+            ...entry,
+            `--control-kubeconfig=${cp.kubeconfigPath}`,
+            '--namespace=default',
+            '--leader-elect=false',
+            '--address=127.0.0.1',
+            `--port=${port}`,
+            ...grpc,
+          ],
+          { cwd: app(), stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, ...runtime.env } },
+        );
+        let err = '';
+        child.stderr.setEncoding('utf8').on('data', (d: string) => (err += d));
+        const exited = new Promise<number>((resolve) =>
+          child.on('exit', (code) => {
+            resolve(code ?? -1);
+          }),
+        );
+        await until(
+          'ready',
+          () =>
+            new Promise<boolean>((resolve) => {
+              http
+                .get(`http://127.0.0.1:${port}/readyz`, (res) => {
+                  res.resume();
+                  resolve(res.statusCode === 200);
+                })
+                .on('error', () => {
+                  resolve(false);
+                });
+            }),
+          60_000,
+        );
+        child.kill('SIGTERM');
+        expect(await exited, err).to.equal(0);
+        expect(err).to.contain('controllers started');
+      } finally {
+        await cp?.stop();
+      }
+    });
+  });
+});
