@@ -1,3 +1,4 @@
+import { registerMachineSetMetrics } from './metrics.js';
 import {
   Annotation,
   EventReason,
@@ -73,6 +74,7 @@ export class MachineSetController {
     this.expectations = new Expectations(ctx.clock);
     this.recorder = ctx.recorderFor(EventSource.MachineSetController);
     this.log = ctx.logger.child({ controller: 'machineset' });
+    registerMachineSetMetrics(ctx.registry, ctx.informers.machineSets);
     this.controller = new Controller({
       name: 'machineset',
       workers,
