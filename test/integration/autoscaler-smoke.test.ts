@@ -133,7 +133,7 @@ describe('cluster-autoscaler smoke: real binaries against a stub externalgrpc se
   });
 
   for (const version of autoscalerVersions()) {
-    it(`cluster-autoscaler ${version} dials the server with its client certificate, runs Refresh and NodeGroups every loop, and calls Cleanup on SIGTERM`, async function () {
+    it(`cluster-autoscaler ${version} dials the server with its client certificate, runs Refresh and NodeGroups every loop, serves metrics, and calls Cleanup on SIGTERM`, async function () {
       skipUnlessAutoscaler(this, version);
       if (cp === undefined) throw new Error('no control plane');
       const started = Date.now();
@@ -163,6 +163,9 @@ describe('cluster-autoscaler smoke: real binaries against a stub externalgrpc se
         );
         const targetSizeCalls = stub.calls.filter((c) => c.method === 'NodeGroupTargetSize');
         for (const c of targetSizeCalls) expect(c.request).to.deep.include({ id: GROUP.id });
+
+        // The metrics endpoint (--address) serves the autoscaler's own series.
+        expect(await ca.metrics()).to.match(/^cluster_autoscaler_last_activity\{activity="main"\} /m);
 
         const before = stub.count('Cleanup');
         await ca.stop(10_000);
