@@ -2,11 +2,20 @@
 # Builds the real Kubernetes components that tests and dev mode run (etcd, kube-apiserver,
 # kube-scheduler, kube-controller-manager, kubectl, kwok, helm, cluster-autoscaler) from the Go
 # module proxy into a cache directory outside the repository. Idempotent: a component whose
-# binaries already exist for the pinned version is skipped.
+# binaries already exist for the pinned version is skipped. cluster-autoscaler releases newer than
+# the proxy serves are built from the source tarballs in ../shared/third_party/cluster-autoscaler
+# (skipped, with the reason, where that directory is absent).
 #
-# Usage: hack/tools.sh [all|test|etcd|kube|kwok|helm|cluster-autoscaler ...]
+# Usage: hack/tools.sh [COMPONENT ...]   (default: all)
+#   all, test      etcd kube kwok helm cluster-autoscaler (every version)
+#   dev            etcd kube kwok and the newest cluster-autoscaler
+#   etcd | kube | kwok | helm
+#   cluster-autoscaler         every pinned version (1.33 from the proxy, the others from sources)
+#   cluster-autoscaler-1.NN    one version, e.g. cluster-autoscaler-1.36
 #        hack/tools.sh --print-dir     print the cache directory and exit
-# Env:   MCM_TOOLS_DIR  cache directory (default: ${XDG_CACHE_HOME:-~/.cache}/mcm-ts/tools)
+# Env:   MCM_TOOLS_DIR       cache directory (default: ${XDG_CACHE_HOME:-~/.cache}/mcm-ts/tools)
+#        MCM_CA_SOURCES_DIR  cluster-autoscaler source tarballs
+#                            (default: ../shared/third_party/cluster-autoscaler beside the repo)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -20,6 +29,8 @@ if [[ "${1:-}" == "--print-dir" ]]; then
 fi
 
 mkdir -p "$TOOLS_DIR/logs" "$TOOLS_DIR/src"
+CA_SOURCES_DIR="${MCM_CA_SOURCES_DIR:-$ROOT/../shared/third_party/cluster-autoscaler}"
+IFS=',' read -r -a CA_SOURCE_VERSIONS <<<"$CLUSTER_AUTOSCALER_SOURCE_VERSIONS"
 
 export GOTOOLCHAIN=local # fail fast instead of downloading another toolchain
 export CGO_ENABLED=0
@@ -79,7 +90,33 @@ run_logged() {
   wait "$pid"
 }
 
-# build_component <name> <version> <check-binaries...> -- <function>
+summary_row() { SUMMARY+=("$(printf '%-20s %-38s %-8s %-10s %s' "$@")"); }
+
+# A component that cannot be built here (and is not cached): one "skipped: <reason>" line and a
+# summary row; not a failure.
+skip_component() {
+  local name=$1 version=$2 reason=$3
+  log "$name $version: skipped: $reason"
+  summary_row "$name" "$version" skipped - "$reason"
+}
+
+# is_built <name> <version> <check-files...>: every check file exists. A bare name is a binary in
+# bin/ (must be executable); a name with a slash is a path relative to the component directory.
+is_built() {
+  local dest="$TOOLS_DIR/$1-$2"
+  shift 2
+  local f
+  for f in "$@"; do
+    if [[ $f == */* ]]; then
+      [[ -e "$dest/$f" ]] || return 1
+    else
+      [[ -x "$dest/bin/$f" ]] || return 1
+    fi
+  done
+}
+
+# build_component <name> <version> <check-files...> -- <function> [args...]
+# The function is called as <function> <out-dir> <logfile> [args...] inside $TOOLS_DIR/src.
 build_component() {
   local name=$1 version=$2
   shift 2
@@ -90,14 +127,16 @@ build_component() {
   done
   shift
   local fn=$1
+  shift
+  local fnargs=("$@")
   local dest="$TOOLS_DIR/$name-$version"
   local complete=1
-  for b in "${bins[@]}"; do [[ -x "$dest/bin/$b" ]] || complete=0; done
+  is_built "$name" "$version" "${bins[@]}" || complete=0
   if ((complete)); then
     local took="?"
     [[ -f "$dest/BUILD_SECONDS" ]] && took=$(fmt_duration "$(cat "$dest/BUILD_SECONDS")")
     log "$name $version: cached in $dest (first build took $took)"
-    SUMMARY+=("$(printf '%-20s %-38s %-8s %-10s %s' "$name" "$version" cached "$took" "$dest/bin")")
+    summary_row "$name" "$version" cached "$took" "$dest/bin"
     return 0
   fi
   log "$name $version: building (log: $TOOLS_DIR/logs/$name-$version.log)"
@@ -114,7 +153,7 @@ build_component() {
   (
     set -e
     cd "$TOOLS_DIR/src"
-    "$fn" "$tmp" "$logfile"
+    "$fn" "$tmp" "$logfile" "${fnargs[@]}"
   )
   rc=$?
   set -e
@@ -124,13 +163,13 @@ build_component() {
     rm -rf "$dest"
     mv "$tmp" "$dest"
     log "$name $version: built in $(fmt_duration "$took")"
-    SUMMARY+=("$(printf '%-20s %-38s %-8s %-10s %s' "$name" "$version" built "$(fmt_duration "$took")" "$dest/bin")")
+    summary_row "$name" "$version" built "$(fmt_duration "$took")" "$dest/bin"
   else
     local took=$(($(date +%s) - started))
     FAILED=1
     log "$name $version: FAILED after $(fmt_duration "$took"); last lines of $logfile:"
     tail -n 25 "$logfile" | sed 's/^/    /'
-    SUMMARY+=("$(printf '%-20s %-38s %-8s %-10s %s' "$name" "$version" FAILED "$(fmt_duration "$took")" "$logfile")")
+    summary_row "$name" "$version" FAILED "$(fmt_duration "$took")" "$logfile"
     rm -rf "$tmp"
   fi
 }
@@ -225,6 +264,8 @@ build_helm() {
 }
 
 # --- cluster-autoscaler (externalgrpc only) -----------------------------------------------------
+CA_PROTO=k8s.io/autoscaler/cluster-autoscaler/cloudprovider/externalgrpc/protos/externalgrpc.proto
+
 # The module has a local replace for its nested apis module, so it is built through a wrapper that
 # copies the module's own replace block and points apis at a published pseudo-version. `go mod
 # tidy` is avoided on purpose: it would resolve every cloud provider SDK for all build tags.
@@ -247,18 +288,131 @@ build_cluster_autoscaler() {
   GOFLAGS="$GOFLAGS -mod=mod" run_logged cluster-autoscaler "$logfile" go build -v -tags externalgrpc \
     -ldflags "-s -w -X $mod/version.ClusterAutoscalerVersion=$CLUSTER_AUTOSCALER_VERSION" \
     -o "$out/bin/cluster-autoscaler" "$mod"
+  stage_ca_protos "$out/proto" "$mod" "$logfile"
+}
+
+# The externalgrpc.proto of the module-proxy release and the Kubernetes .proto files it imports
+# (transitively), copied from the module cache into <component>/proto/ under their import paths,
+# so tests can load the autoscaler's own protocol definition (for a stub server) with
+# @grpc/proto-loader and includeDirs=[<component>/proto]. Google's well-known types are left out
+# (proto-loader ships them). Runs in the wrapper module, whose replaces pick the module versions.
+stage_ca_protos() {
+  local dest=$1 mod=$2 logfile=$3
+  local cadir apidir amdir
+  cadir=$(GOFLAGS="$GOFLAGS -mod=mod" go list -m -f '{{.Dir}}' "$mod")
+  apidir=$(GOFLAGS="$GOFLAGS -mod=mod" go list -m -f '{{.Dir}}' k8s.io/api)
+  amdir=$(GOFLAGS="$GOFLAGS -mod=mod" go list -m -f '{{.Dir}}' k8s.io/apimachinery)
+  local queue=("$CA_PROTO") rel src n=0
+  while ((${#queue[@]} > 0)); do
+    rel=${queue[0]}
+    queue=("${queue[@]:1}")
+    [[ -f "$dest/$rel" ]] && continue
+    case "$rel" in
+      google/protobuf/*) continue ;;
+      "$mod"/*) src="$cadir/${rel#"$mod"/}" ;;
+      k8s.io/api/*) src="$apidir/${rel#k8s.io/api/}" ;;
+      k8s.io/apimachinery/*) src="$amdir/${rel#k8s.io/apimachinery/}" ;;
+      *)
+        echo "stage_ca_protos: no module for import $rel" >>"$logfile"
+        return 1
+        ;;
+    esac
+    mkdir -p "$(dirname "$dest/$rel")"
+    cp "$src" "$dest/$rel"
+    chmod u+w "$dest/$rel"
+    n=$((n + 1))
+    while read -r imp; do queue+=("$imp"); done < <(sed -n 's/^import "\(.*\)";.*/\1/p' "$src")
+  done
+  echo "staged $n .proto files in $dest" >>"$logfile"
+}
+
+# --- cluster-autoscaler releases from source tarballs ----------------------------------------
+# The tarballs hold the unmodified upstream cluster-autoscaler/ directory at a release tag, reduced
+# to what `-tags externalgrpc` compiles (see the README beside them). Checksums are verified against
+# SHA256SUMS before unpacking; the module's own go.mod/go.sum are used as they are (-mod=readonly).
+
+ca_tarball() { echo "cluster-autoscaler-$1-externalgrpc-minsrc.tar.gz"; }
+
+# Prints why the sources of a version cannot be used here; prints nothing when they can.
+ca_source_missing() {
+  local version=$1
+  if [[ ! -d "$CA_SOURCES_DIR" ]]; then
+    echo "no cluster-autoscaler sources: $CA_SOURCES_DIR is absent (set MCM_CA_SOURCES_DIR or check out ../shared)"
+  elif [[ ! -f "$CA_SOURCES_DIR/$(ca_tarball "$version")" ]]; then
+    echo "$CA_SOURCES_DIR has no $(ca_tarball "$version")"
+  elif [[ ! -f "$CA_SOURCES_DIR/SHA256SUMS" ]]; then
+    echo "$CA_SOURCES_DIR has no SHA256SUMS"
+  fi
+}
+
+build_cluster_autoscaler_source() {
+  local out=$1 logfile=$2 version=$3
+  local tarball src="$TOOLS_DIR/src/cluster-autoscaler-$version"
+  tarball=$(ca_tarball "$version")
+  local expected actual
+  expected=$(awk -v f="$tarball" '$2 == f || $2 == "*" f { print $1 }' "$CA_SOURCES_DIR/SHA256SUMS")
+  actual=$(sha256sum "$CA_SOURCES_DIR/$tarball" | awk '{ print $1 }')
+  if [[ -z "$expected" ]]; then
+    echo "SHA256SUMS has no line for $tarball" | tee -a "$logfile" >&2
+    return 1
+  fi
+  if [[ "$expected" != "$actual" ]]; then
+    echo "checksum mismatch for $tarball: expected $expected, got $actual" | tee -a "$logfile" >&2
+    return 1
+  fi
+  echo "sha256 $actual $tarball: OK" >>"$logfile"
+  rm -rf "$src"
+  mkdir -p "$src"
+  tar xzf "$CA_SOURCES_DIR/$tarball" -C "$src"
+  cd "$src/cluster-autoscaler"
+  local ldf="-s -w"
+  # The version is baked into version/version.go; set it explicitly as well when that variable exists.
+  if grep -q '^var ClusterAutoscalerVersion' version/version.go 2>/dev/null; then
+    ldf+=" -X k8s.io/autoscaler/cluster-autoscaler/version.ClusterAutoscalerVersion=$version"
+  fi
+  run_logged "cluster-autoscaler $version" "$logfile" go build -v -tags externalgrpc -ldflags "$ldf" \
+    -o "$out/bin/cluster-autoscaler" .
+}
+
+# build_ca <version>: one cluster-autoscaler version, from the proxy (1.33) or from sources.
+build_ca() {
+  local version=$1
+  if [[ "$version" == "$CLUSTER_AUTOSCALER_VERSION" ]]; then
+    build_component cluster-autoscaler "$version" cluster-autoscaler "proto/$CA_PROTO" -- build_cluster_autoscaler
+    return
+  fi
+  local reason
+  reason=$(ca_source_missing "$version")
+  if [[ -n "$reason" ]] && ! is_built cluster-autoscaler "$version" cluster-autoscaler; then
+    skip_component cluster-autoscaler "$version" "$reason"
+    return
+  fi
+  build_component cluster-autoscaler "$version" cluster-autoscaler -- build_cluster_autoscaler_source "$version"
 }
 
 # --- main ------------------------------------------------------------------------------------------
+# cluster-autoscaler-1.NN -> pinned patch version
+declare -A CA_BY_MINOR=()
+CA_ALL=("$CLUSTER_AUTOSCALER_VERSION" "${CA_SOURCE_VERSIONS[@]}")
+for v in "${CA_ALL[@]}"; do CA_BY_MINOR["cluster-autoscaler-${v%.*}"]=$v; done
+CA_NEWEST="cluster-autoscaler-${CA_ALL[-1]%.*}"
+CA_COMPONENTS=()
+for v in "${CA_ALL[@]}"; do CA_COMPONENTS+=("cluster-autoscaler-${v%.*}"); done
+
 components=()
 for arg in "${@:-all}"; do
   case "$arg" in
-    all) components+=(etcd kube kwok helm cluster-autoscaler) ;;
-    test) components+=(etcd kube kwok helm) ;;
-    etcd | kube | kwok | helm | cluster-autoscaler) components+=("$arg") ;;
+    all | test) components+=(etcd kube kwok helm "${CA_COMPONENTS[@]}") ;;
+    dev) components+=(etcd kube kwok "$CA_NEWEST") ;;
+    etcd | kube | kwok | helm) components+=("$arg") ;;
+    cluster-autoscaler) components+=("${CA_COMPONENTS[@]}") ;;
     *)
-      echo "unknown component '$arg' (expected all, test, etcd, kube, kwok, helm, cluster-autoscaler)" >&2
-      exit 2
+      if [[ -n "${CA_BY_MINOR[$arg]:-}" ]]; then
+        components+=("$arg")
+      else
+        echo "unknown component '$arg' (expected all, test, dev, etcd, kube, kwok, helm, cluster-autoscaler, ${CA_COMPONENTS[*]})" >&2
+        exit 2
+      fi
       ;;
   esac
 done
@@ -274,7 +428,7 @@ for c in "${components[@]}"; do
     kube) build_component kube "$KUBERNETES_VERSION" kube-apiserver kube-scheduler kube-controller-manager kubectl -- build_kube ;;
     kwok) build_component kwok "$KWOK_VERSION" kwok -- build_kwok ;;
     helm) build_component helm "$HELM_VERSION" helm -- build_helm ;;
-    cluster-autoscaler) build_component cluster-autoscaler "$CLUSTER_AUTOSCALER_VERSION" cluster-autoscaler -- build_cluster_autoscaler ;;
+    cluster-autoscaler-*) build_ca "${CA_BY_MINOR[$c]}" ;;
   esac
 done
 
