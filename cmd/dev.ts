@@ -54,7 +54,7 @@ Starts a local control plane, the machine-controller-manager with the built-in v
 and its cluster-autoscaler gRPC server, the real cluster-autoscaler against it, and a sample
 autoscaled MachineDeployment, then waits; Ctrl-C stops everything.
 
-  --v=N            manager log verbosity (default 1: warnings and errors; 2 info, 4 debug)
+  --v=N            manager log verbosity (default 1; 4 debug)
   --no-autoscaler  do not start the cluster-autoscaler`;
 
 function sampleClass(): MachineClass {
@@ -201,7 +201,7 @@ ${autoscaler === undefined ? 'No cluster-autoscaler runs (--no-autoscaler or not
   alias kubectl=${kubectl}
 
 Try:
-  kubectl get mcd,mcs,mc,nodes                 # the sample MachineDeployment "workers" (2 machines)
+  kubectl get mcd,mcs,mc,nodes                 # "workers" starts with 2 machines; idle ones go after ~30s (min 1)
   kubectl scale mcd workers --replicas=5       # more machines, more Nodes
   kubectl delete mc <name>                     # a machine is drained, deleted and replaced
   kubectl apply -f ${path.join(repoRoot, 'hack', 'dev', 'pending-pods.yaml')}   # pods that fit no node: the autoscaler adds machines
