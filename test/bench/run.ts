@@ -1,3 +1,4 @@
+import { benchAutoscaler } from './autoscaler.bench.js';
 import { benchInformer } from './informer.bench.js';
 import { benchLifecycle } from './lifecycle.bench.js';
 import { benchMachineSet } from './machineset.bench.js';
@@ -6,6 +7,7 @@ const benches: Record<string, () => Promise<void>> = {
   informer: benchInformer,
   machineset: benchMachineSet,
   lifecycle: benchLifecycle,
+  autoscaler: benchAutoscaler,
 };
 
 const only = process.argv.slice(2);
