@@ -393,12 +393,99 @@ const ignoredFlags = new Set([
   'controller-start-interval',
 ]);
 
+/** --help sections, in order; a flag not listed here appears under "Other". */
+const FLAG_GROUPS: [string, string[]][] = [
+  ['Clusters', ['control-kubeconfig', 'target-kubeconfig', 'namespace', 'kube-api-qps', 'kube-api-burst']],
+  ['Controllers', ['controllers', 'concurrent-syncs', 'machine-concurrent-syncs', 'min-resync-period']],
+  [
+    'Leader election (needed with more than one replica)',
+    [
+      'leader-elect',
+      'leader-elect-lease-duration',
+      'leader-elect-renew-deadline',
+      'leader-elect-retry-period',
+      'leader-elect-resource-lock',
+      'leader-elect-resource-name',
+    ],
+  ],
+  [
+    'MachineSets and MachineDeployments',
+    [
+      'safety-up',
+      'safety-down',
+      'machine-safety-overshooting-period',
+      'autoscaler-scaledown-annotation-during-rollout',
+    ],
+  ],
+  [
+    'Machines (a machine spec overrides the timeouts)',
+    [
+      'machine-creation-timeout',
+      'machine-health-timeout',
+      'max-unhealthy-replacements',
+      'node-conditions',
+      'resource-exhausted-retry',
+      'bootstrap-token-auth-extra-groups',
+      'machine-inplace-update-timeout',
+      'machine-preserve-timeout',
+    ],
+  ],
+  [
+    'Drain',
+    [
+      'machine-drain-timeout',
+      'machine-max-evict-retries',
+      'machine-pv-detach-timeout',
+      'machine-pv-reattach-timeout',
+    ],
+  ],
+  [
+    'Provider-side safety',
+    [
+      'machine-safety-orphan-vms-period',
+      'machine-safety-apiserver-statuscheck-period',
+      'machine-safety-apiserver-statuscheck-timeout',
+    ],
+  ],
+  [
+    'cluster-autoscaler externalgrpc server',
+    [
+      'grpc-address',
+      'grpc-tls-cert-file',
+      'grpc-tls-key-file',
+      'grpc-client-ca-file',
+      'grpc-insecure',
+      'nodes',
+      'autoscaler-gpu-label',
+      'autoscaler-gpu-types',
+    ],
+  ],
+  ['Metrics, health and logs', ['address', 'port', 'v', 'log-format']],
+];
+
 export function usage(): string {
-  const lines = ['Usage: machine-controller-manager [flags]', '', 'Flags:'];
-  for (const [name, f] of Object.entries(flags))
-    lines.push(`  --${name}${f.boolean === true ? '[=true|false]' : '=value'}\n      ${f.help}`);
+  const lines = ['Usage: machine-controller-manager [flags]'];
+  const listed = new Set<string>();
+  const section = (title: string, names: string[]): void => {
+    const present = names.filter((n) => flags[n] !== undefined);
+    if (present.length === 0) return;
+    lines.push('', `${title}:`);
+    for (const name of present) {
+      const f = flags[name];
+      if (f === undefined) continue;
+      listed.add(name);
+      lines.push(`  --${name}${f.boolean === true ? '[=true|false]' : '=value'}\n      ${f.help}`);
+    }
+  };
+  for (const [title, names] of FLAG_GROUPS) section(title, names);
+  section(
+    'Other',
+    Object.keys(flags).filter((n) => !listed.has(n)),
+  );
   lines.push(
-    `  (accepted and ignored for MCM compatibility: ${[...ignoredFlags].map((f) => `--${f}`).join(', ')})`,
+    '',
+    `Accepted and ignored for MCM compatibility: ${[...ignoredFlags].map((f) => `--${f}`).join(', ')}`,
+    'Durations use Go syntax (90s, 10m, 1h30m). Bad values stop the start with a message naming the flag.',
   );
   return lines.join('\n');
 }

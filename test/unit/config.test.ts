@@ -91,3 +91,16 @@ describe('parseArgs (gardener MCM flag names and defaults)', () => {
     expect(parseArgs(['--help'])).to.equal('help');
   });
 });
+
+describe('--help', () => {
+  it('lists every flag exactly once, in named groups, with its help', async () => {
+    const { usage } = await import('../../lib/config.js');
+    const text = usage();
+    const names = [...text.matchAll(/^ {2}--([a-z0-9-]+)/gm)].map((m) => m[1]);
+    expect(new Set(names).size, 'no flag listed twice').to.equal(names.length);
+    for (const flag of ['grpc-address', 'nodes', 'machine-drain-timeout', 'leader-elect', 'namespace'])
+      expect(names, flag).to.include(flag);
+    expect(text).to.match(/^cluster-autoscaler externalgrpc server:$/m);
+    expect(text).to.not.match(/^Other:$/m);
+  });
+});
