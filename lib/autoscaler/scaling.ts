@@ -6,8 +6,8 @@ import type { Machine, MachineDeployment, MachineSet } from '../api/types.js';
 import type { DeepReadonly } from '../kube/informer.js';
 import { rfc3339 } from '../controllers/conditions.js';
 import { isFailed, isTerminating } from '../controllers/machines.js';
-import { parseTriggerDeletion } from '../controllers/machinedeployment/autoscaler.js';
-import { templatesEqualIgnoringHash } from '../controllers/machinedeployment/hash.js';
+import { parseTriggerDeletion } from '../api/triggerdeletion.js';
+import { templatesEqualIgnoringHash } from '../api/template.js';
 import { failedPrecondition, invalidArgument, type GrpcStatusError } from './errors.js';
 import type { NodeGroup } from './groups.js';
 

@@ -10,6 +10,7 @@ import {
   DELETE_FIRST_MACHINE_PRIORITY,
   TRIGGER_DELETION_ENTRY_SEPARATOR,
 } from '../../api/constants.js';
+import { isRFC3339, parseTriggerDeletion } from '../../api/triggerdeletion.js';
 import { MachineResource, type Machine, type MachineDeployment, type MachineSet } from '../../api/types.js';
 import { isNotFound } from '../../kube/errors.js';
 import type { DeepReadonly } from '../../kube/informer.js';
@@ -25,40 +26,6 @@ import { replicasOf } from './sets.js';
 
 type AnyMachine = Machine | DeepReadonly<Machine>;
 type AnyDeployment = MachineDeployment | DeepReadonly<MachineDeployment>;
-
-/** RFC 3339 date-time (Go's time.RFC3339 layout, optional fractional seconds). */
-const RFC3339 = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$/;
-
-export function isRFC3339(value: string): boolean {
-  return RFC3339.test(value) && !Number.isNaN(Date.parse(value));
-}
-
-export type TriggerEntry =
-  | { kind: 'marked'; name: string; time: string }
-  | { kind: 'legacy'; name: string }
-  | { kind: 'invalid'; raw: string; why: string };
-
-/** Splits the annotation into entries; empty items (",,") are ignored. */
-export function parseTriggerDeletion(value: string | undefined): TriggerEntry[] {
-  const entries: TriggerEntry[] = [];
-  for (const item of (value ?? '').split(',')) {
-    const raw = item.trim();
-    if (raw === '') continue;
-    const parts = raw.split(TRIGGER_DELETION_ENTRY_SEPARATOR);
-    const [name, time] = parts;
-    if (parts.length === 1 && name !== undefined) entries.push({ kind: 'legacy', name });
-    else if (parts.length !== 2 || name === undefined || name === '' || time === undefined) {
-      entries.push({
-        kind: 'invalid',
-        raw,
-        why: `expected <machine>${TRIGGER_DELETION_ENTRY_SEPARATOR}<RFC3339 time>`,
-      });
-    } else if (!isRFC3339(time))
-      entries.push({ kind: 'invalid', raw, why: `"${time}" is not an RFC 3339 time` });
-    else entries.push({ kind: 'marked', name, time });
-  }
-  return entries;
-}
 
 export interface TriggerDeletionPlan {
   /** The cleaned annotation value; undefined when no entry is left (the annotation is removed). */

@@ -26,7 +26,7 @@ import { clone, type DeepReadonly } from '../../kube/informer.js';
 import { findCondition } from '../conditions.js';
 import { controllerRefOf } from '../machines.js';
 import { controllerReference } from '../ownership.js';
-import { machineSetName, templateHash, templatesEqualIgnoringHash } from './hash.js';
+import { machineSetName, templateHash, templatesEqualIgnoringHash } from '../../api/template.js';
 import {
   patchDeploymentAnnotations,
   splitSets,

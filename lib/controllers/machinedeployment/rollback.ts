@@ -10,7 +10,7 @@ import {
   type MachineTemplateSpec,
 } from '../../api/types.js';
 import { clone, type DeepReadonly } from '../../kube/informer.js';
-import { templatesEqualIgnoringHash } from './hash.js';
+import { templatesEqualIgnoringHash } from '../../api/template.js';
 import { ANNOTATIONS_NOT_COPIED, findNewMachineSet } from './newset.js';
 import { untaintSetNodes } from './nodes.js';
 import { deploymentTypeMeta, type DeploymentState, type PassContext } from './pass.js';

@@ -1,10 +1,9 @@
 import { expect } from 'chai';
 
+import { isRFC3339, parseTriggerDeletion } from '../../../../lib/api/triggerdeletion.js';
 import type { Machine } from '../../../../lib/api/types.js';
 import {
-  isRFC3339,
   machineMarkPatch,
-  parseTriggerDeletion,
   planTriggerDeletion,
 } from '../../../../lib/controllers/machinedeployment/autoscaler.js';
 import { deployment, machineOf, NOW, NOW_RFC3339, ownedSet } from './fixtures.js';

@@ -6,7 +6,7 @@ import {
   type MachineDeploymentStrategy,
   type MachineSet,
 } from '../../../../lib/api/types.js';
-import { templateHash } from '../../../../lib/controllers/machinedeployment/hash.js';
+import { templateHash } from '../../../../lib/api/template.js';
 import { buildNewMachineSet } from '../../../../lib/controllers/machinedeployment/newset.js';
 import type { SetState } from '../../../../lib/controllers/machinedeployment/sets.js';
 

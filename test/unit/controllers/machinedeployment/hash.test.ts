@@ -8,7 +8,7 @@ import {
   stableStringify,
   templateHash,
   templatesEqualIgnoringHash,
-} from '../../../../lib/controllers/machinedeployment/hash.js';
+} from '../../../../lib/api/template.js';
 
 const base = (): MachineTemplateSpec => ({
   metadata: { labels: { app: 'worker', name: 'md' }, annotations: { team: 'a' } },

@@ -3,10 +3,10 @@
 // that runs a template. The hash only has to be stable within this implementation; which set is
 // "new" is decided by comparing templates, never by comparing hashes.
 
-import { Label } from '../../api/constants.js';
-import { MACHINE_CONFIGURATION_FIELDS, type MachineTemplateSpec } from '../../api/types.js';
-import { jsonEqual, withoutGoZeroValues } from '../../kube/equal.js';
-import type { DeepReadonly } from '../../kube/informer.js';
+import { Label } from './constants.js';
+import { MACHINE_CONFIGURATION_FIELDS, type MachineTemplateSpec } from './types.js';
+import { jsonEqual, withoutGoZeroValues } from '../kube/equal.js';
+import type { DeepReadonly } from '../kube/informer.js';
 
 type AnyTemplate = MachineTemplateSpec | DeepReadonly<MachineTemplateSpec>;
 
