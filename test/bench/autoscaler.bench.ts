@@ -80,6 +80,7 @@ export async function benchAutoscaler(): Promise<void> {
         spec: {
           replicas: perGroup,
           selector: { matchLabels: { pool: name } },
+          strategy: { type: 'RollingUpdate', rollingUpdate: { maxSurge: 1, maxUnavailable: 0 } },
           template: {
             metadata: { labels: { pool: name } },
             spec: { class: { kind: 'MachineClass', name: 'none' } },
