@@ -63,7 +63,9 @@ function sampleClass(): MachineClass {
     kind: 'MachineClass',
     metadata: { name: 'virtual-small', namespace: NS },
     provider: 'virtual',
-    providerSpec: { bootDelay: '5s' },
+    // No boot delay: kwok (as run here) leaves pods Pending on a node that registered NotReady and
+    // turned Ready later, so booting nodes would keep the autoscaler's pods from running.
+    providerSpec: {},
     nodeTemplate: {
       capacity: { cpu: '2', memory: '4Gi', pods: '110' },
       instanceType: 'virtual-small',
