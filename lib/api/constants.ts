@@ -361,7 +361,10 @@ export const ConditionReason = {
   // Additions of this implementation (not in gardener MCM)
   /** ReplicaFailure: the spec cannot be acted on (it passed admission, e.g. stored before the CRD). */
   InvalidSpec: 'InvalidSpec',
-  /** Progressing=False: the InPlaceUpdate strategy is not implemented; machines scale but never roll. */
+  /**
+   * Progressing=False: the InPlaceUpdate strategy cannot run here (no target cluster, so no node
+   * to drain or update); machines scale but never roll.
+   */
   InPlaceUpdateNotSupported: 'InPlaceUpdateNotSupported',
 } as const;
 export type ConditionReason = ValueOf<typeof ConditionReason>;
@@ -391,6 +394,10 @@ export const EventReason = {
   DeploymentRollback: 'DeploymentRollback',
   DeploymentRollbackRevisionNotFound: 'DeploymentRollbackRevisionNotFound',
   DeploymentRollbackTemplateUnchanged: 'DeploymentRollbackTemplateUnchanged',
+  // MachineDeployment, InPlaceUpdate (additions of this implementation; gardener MCM records none)
+  SelectedForUpdate: 'SelectedForUpdate',
+  UpdatedInPlace: 'UpdatedInPlace',
+  InPlaceUpdateFailed: 'InPlaceUpdateFailed',
 } as const;
 export type EventReason = ValueOf<typeof EventReason>;
 

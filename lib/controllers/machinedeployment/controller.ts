@@ -6,6 +6,7 @@ import {
   Label,
   LabelValue,
   MachineDeploymentConditionType,
+  NodeConditionType,
   StrategyType,
 } from '../../api/constants.js';
 import {
@@ -22,13 +23,15 @@ import { isConflict, isNotFound } from '../../kube/errors.js';
 import type { EventRecorder } from '../../kube/events.js';
 import { clone, objectKey, type DeepReadonly } from '../../kube/informer.js';
 import { isEmptySelector } from '../../kube/labels.js';
+import type { Node } from '../../kube/types.js';
 import type { Logger } from '../../observability/logger.js';
 import { findCondition, removeCondition, setCondition } from '../conditions.js';
-import type { ControllerContext } from '../context.js';
-import { controllerRefOf, isAvailable, isFailed, isTerminating } from '../machines.js';
+import { MACHINE_NODE_INDEX, type ControllerContext } from '../context.js';
+import { controllerRefOf, isAvailable, isFailed, isTerminating, phaseOf } from '../machines.js';
 import { addFinalizer, cachedController, removeFinalizer, selectingOwners } from '../ownership.js';
 import { processTriggerDeletion, propagateScalerTime } from './autoscaler.js';
 import { claimMachineSets } from './claim.js';
+import { rolloutInPlace } from './inplace.js';
 import { findNewMachineSet } from './newset.js';
 import {
   deploymentTypeMeta,
@@ -54,12 +57,17 @@ const MARK_SETTLE_MS = 1000;
 type CachedDeployment = DeepReadonly<MachineDeployment>;
 type CachedMachineSet = DeepReadonly<MachineSet>;
 type CachedMachine = DeepReadonly<Machine>;
+type CachedNode = DeepReadonly<Node>;
+
+const inPlaceReasonOf = (conditions: readonly { type: string; reason?: string }[] | undefined) =>
+  conditions?.find((c) => c.type === NodeConditionType.InPlaceUpdate)?.reason;
 
 /**
  * What a MachineDeployment pass reads from one machine: its set (controller reference), whether it
  * is going, available or failed (set sizes, rollout steps, the autoscaler protocol), its node
- * (taints and scale-down protection), its preservation (scale-down protection stays) and the
- * autoscaler's deletion marks (the pass waits for the cache to show them).
+ * (taints and scale-down protection), its preservation (scale-down protection stays), the
+ * autoscaler's deletion marks (the pass waits for the cache to show them) and where an in-place
+ * update stands (phase, mirrored InPlaceUpdate condition, hand-over label).
  */
 function deploymentView(m: CachedMachine): string {
   const annotations = m.metadata.annotations ?? {};
@@ -68,11 +76,30 @@ function deploymentView(m: CachedMachine): string {
     isTerminating(m),
     isAvailable(m),
     isFailed(m),
+    phaseOf(m),
     m.metadata.labels?.[Label.Node],
+    m.metadata.labels?.[Label.UpdateResult],
+    inPlaceReasonOf(m.status?.conditions),
     m.status?.currentStatus?.preserveExpiryTime,
     annotations[Annotation.MachinePriority],
     annotations[Annotation.MarkedForDeletionTime],
   ]);
+}
+
+/** What an in-place update reads from a node: the protocol's labels and the InPlaceUpdate condition. */
+function inPlaceNodeView(n: CachedNode): string {
+  const labels = n.metadata.labels ?? {};
+  return JSON.stringify([
+    labels[Label.CandidateForUpdate],
+    labels[Label.SelectedForUpdate],
+    labels[Label.UpdateResult],
+    inPlaceReasonOf(n.status?.conditions),
+  ]);
+}
+
+/** Whether a node change can move an in-place update on (only in-place deployments care). */
+export function nodeUpdateMatters(old: CachedNode, n: CachedNode): boolean {
+  return inPlaceNodeView(old) !== inPlaceNodeView(n);
 }
 
 /**
@@ -84,8 +111,9 @@ export function machineUpdateMatters(old: CachedMachine, m: CachedMachine): bool
 }
 
 const IN_PLACE_UNSUPPORTED_MESSAGE =
-  'The InPlaceUpdate strategy is not supported by this machine-controller-manager: the machine deployment is ' +
-  'scaled, but template changes are not rolled out. Use RollingUpdate or Recreate.';
+  'The InPlaceUpdate strategy needs a target cluster (its nodes are drained and updated in place), and this ' +
+  'machine-controller-manager runs without one (--target-kubeconfig=none): the machine deployment is scaled, ' +
+  'but template changes are not rolled out. Use RollingUpdate or Recreate, or run with a target cluster.';
 
 /**
  * Rolls MachineDeployments out over MachineSets (gardener MCM semantics): claims its sets, keeps
@@ -93,10 +121,11 @@ const IN_PLACE_UNSUPPORTED_MESSAGE =
  * (proportionally during a rollout), replaces machines by RollingUpdate or Recreate within the
  * surge and availability limits, rolls back on spec.rollbackTo, pauses, cleans up old sets,
  * reports status and progress, marks the machines the autoscaler asked to delete, and keeps nodes
- * tainted and protected from autoscaler scale-down during rollouts.
- *
- * The InPlaceUpdate strategy is not implemented: such deployments are scaled but never rolled,
- * and Progressing=False (InPlaceUpdateNotSupported) plus a Warning event say so.
+ * tainted and protected from autoscaler scale-down during rollouts. InPlaceUpdate deployments keep
+ * their machines: nodes are selected, drained and updated in place, and updated machines move to
+ * the new set (inplace.ts). Without a target cluster that strategy cannot run: such deployments
+ * are scaled but never rolled, and Progressing=False (InPlaceUpdateNotSupported) plus a Warning
+ * event say so.
  */
 export class MachineDeploymentController {
   readonly controller: Controller;
@@ -202,6 +231,14 @@ export class MachineDeploymentController {
         this.enqueueForMachine(m);
       },
     });
+    // In-place updates move on when a node's update labels or InPlaceUpdate condition change.
+    this.ctx.informers.nodes?.addHandler({
+      onUpdate: (old, n) => {
+        if (!nodeUpdateMatters(old, n)) return;
+        for (const m of machines.byIndex(MACHINE_NODE_INDEX, n.metadata.name ?? ''))
+          this.enqueueForMachine(m);
+      },
+    });
   }
 
   // ---- reconcile ----
@@ -298,14 +335,15 @@ export class MachineDeploymentController {
 
   /**
    * The Progressing condition for pause, before any step; a condition about the unsupported
-   * InPlaceUpdate strategy is forgotten once the strategy changed, so no deadline runs from it.
+   * InPlaceUpdate strategy is forgotten once the strategy changed or a target cluster is there,
+   * so no deadline runs from it.
    */
   private withStrategyConditions(ctx: PassContext, state: DeploymentState): DeploymentState {
     const spec = state.mcd.spec;
     let conditions = withPauseCondition(state.status.conditions, spec?.paused === true, ctx.now);
     const progressing = findCondition(conditions, MachineDeploymentConditionType.Progressing);
     if (
-      spec?.strategy?.type !== StrategyType.InPlaceUpdate &&
+      (spec?.strategy?.type !== StrategyType.InPlaceUpdate || this.ctx.target !== undefined) &&
       progressing?.reason === ExtraProgressingReason.InPlaceUpdateNotSupported
     ) {
       conditions = removeCondition(conditions, MachineDeploymentConditionType.Progressing);
@@ -349,9 +387,15 @@ export class MachineDeploymentController {
       // The spec update re-enqueues the deployment; the rollout follows on the next pass.
       return { state: await rollback(ctx, state), requeueAfter: MACHINEDEPLOYMENT_RESYNC_MS, done: true };
     }
-    // Creating the first set is no rollout: a new InPlaceUpdate deployment still gets its machines.
-    if (strategy === StrategyType.InPlaceUpdate)
-      return scaleOnly(this.withInPlaceUnsupported(ctx, state), state.sets.length === 0);
+    if (strategy === StrategyType.InPlaceUpdate) {
+      // Creating the first set is no rollout: such a deployment still gets its machines.
+      if (this.ctx.target === undefined)
+        return scaleOnly(this.withInPlaceUnsupported(ctx, state), state.sets.length === 0);
+      // With old sets still holding machines, the in-place step sizes the sets itself.
+      const active = state.sets.filter((s) => (s.spec?.replicas ?? 0) > 0).length;
+      if (active <= 1 && this.scalingEvent(ctx, state)) return scaleOnly(state, false);
+      return rolloutInPlace(ctx, state);
+    }
     if (this.scalingEvent(ctx, state)) {
       ctx.log.verbose('scaling event', { replicas: state.mcd.spec?.replicas ?? 0 });
       return scaleOnly(state, false);

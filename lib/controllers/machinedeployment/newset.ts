@@ -119,6 +119,12 @@ export function planNewMachineSetSync(
     }
   }
   next.metadata.annotations = annotations;
+  // A set that was old during an in-place update and is the deployment's template again (a
+  // rollback, or the template changed back) must be able to create machines.
+  if (next.metadata.labels?.[Label.ScaleUpDisabled] !== undefined) {
+    const { [Label.ScaleUpDisabled]: _disabled, ...labels } = next.metadata.labels;
+    next.metadata.labels = labels;
+  }
 
   const spec = (next.spec ??= {});
   const want = mcd.spec?.template.spec ?? {};

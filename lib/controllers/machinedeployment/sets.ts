@@ -67,8 +67,9 @@ export interface RolloutBounds {
 
 /**
  * maxSurge/maxUnavailable resolved against spec.replicas with MCM's rounding (surge up,
- * unavailable down, both zero means one unavailable), unavailable capped at the replicas. Only a
- * rolling update surges; an in-place update's bounds still define availability.
+ * unavailable down, both zero means one unavailable), unavailable capped at the replicas. A
+ * rolling update surges, and so does an in-place update with Auto orchestration (fresh machines
+ * of the new template, added before old machines are updated); Manual orchestration never does.
  */
 export function rolloutBounds(mcd: AnyDeployment): RolloutBounds {
   const replicas = replicasOf(mcd);
@@ -87,7 +88,7 @@ export function rolloutBounds(mcd: AnyDeployment): RolloutBounds {
       const inPlace = strategy.inPlaceUpdate;
       const surge = inPlace?.orchestrationType === OrchestrationType.Manual ? 0 : inPlace?.maxSurge;
       const f = resolveFenceposts(surge, inPlace?.maxUnavailable, replicas);
-      return { maxSurge: 0, maxUnavailable: cap(f.maxUnavailable) };
+      return { maxSurge: f.maxSurge, maxUnavailable: cap(f.maxUnavailable) };
     }
     case StrategyType.Recreate:
     case undefined:

@@ -430,7 +430,7 @@ describe('MachineDeploymentController.reconcile', () => {
     ).to.not.have.property(TRIGGER);
   });
 
-  it('reports InPlaceUpdate as unsupported and keeps scaling without rolling', async () => {
+  it('without a target cluster, reports InPlaceUpdate as unsupported and keeps scaling without rolling', async () => {
     const v1 = deployment('d', 2, {
       strategy: {
         type: 'InPlaceUpdate',
@@ -440,7 +440,7 @@ describe('MachineDeploymentController.reconcile', () => {
     const old = ownedSet(v1, 2, { revision: 1 });
     const changed = withClass(v1, 'large');
     if (changed.spec !== undefined) changed.spec.replicas = 3;
-    await setup({ mcd: changed, sets: [old], machines: machinesOf(old, 'old', 2) });
+    await setup({ mcd: changed, sets: [old], machines: machinesOf(old, 'old', 2) }, { withTarget: false });
     await reconcile();
     expect(setOfClass('large'), 'never rolled').to.equal(undefined);
     expect(replicasOfClass('small'), 'still scaled').to.equal(3);
@@ -448,6 +448,7 @@ describe('MachineDeploymentController.reconcile', () => {
       status: 'False',
       reason: 'InPlaceUpdateNotSupported',
     });
+    expect(condition('Progressing')?.message).to.contain('--target-kubeconfig=none');
     expect(
       env.recorder.events.filter((e) => e.reason === 'InPlaceUpdateNotSupported').map((e) => e.type),
     ).to.deep.equal(['Warning']);

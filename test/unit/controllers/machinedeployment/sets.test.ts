@@ -40,7 +40,7 @@ describe('rolloutBounds resolves maxSurge/maxUnavailable with MCM rounding', () 
     });
   }
 
-  it('Recreate neither surges nor allows unavailability; InPlaceUpdate never surges', () => {
+  it('Recreate neither surges nor allows unavailability; InPlaceUpdate surges only with Auto orchestration', () => {
     expect(rolloutBounds(deployment('d', 3, { strategy: { type: 'Recreate' } }))).to.deep.equal({
       maxSurge: 0,
       maxUnavailable: 0,
@@ -51,7 +51,14 @@ describe('rolloutBounds resolves maxSurge/maxUnavailable with MCM rounding', () 
         inPlaceUpdate: { maxSurge: 2, maxUnavailable: 1, orchestrationType: 'Auto' },
       },
     });
-    expect(rolloutBounds(inPlace)).to.deep.equal({ maxSurge: 0, maxUnavailable: 1 });
+    expect(rolloutBounds(inPlace)).to.deep.equal({ maxSurge: 2, maxUnavailable: 1 });
+    const manual = deployment('d', 3, {
+      strategy: {
+        type: 'InPlaceUpdate',
+        inPlaceUpdate: { maxSurge: 2, maxUnavailable: 1, orchestrationType: 'Manual' },
+      },
+    });
+    expect(rolloutBounds(manual)).to.deep.equal({ maxSurge: 0, maxUnavailable: 1 });
   });
 });
 
