@@ -24,6 +24,14 @@ async function metric(env: LifecycleEnv, name: string): Promise<number> {
   return (m?.values ?? []).reduce((sum, v) => sum + v.value, 0);
 }
 
+/** Finished passes of one controller (its successful reconciles). */
+async function passes(env: LifecycleEnv, controller: string): Promise<number> {
+  const m = await env.manager?.registry.getSingleMetric('controller_runtime_reconcile_total')?.get();
+  return (m?.values ?? [])
+    .filter((v) => v.labels.controller === controller && v.labels.result === 'success')
+    .reduce((sum, v) => sum + v.value, 0);
+}
+
 async function getMachine(env: LifecycleEnv, name: string): Promise<Machine | undefined> {
   try {
     return await env.client.get<Machine>(MachineResource, name, NS);
@@ -119,8 +127,12 @@ describe('provider-side safety: orphan VMs and nodes without machines (real kube
       60_000,
     );
     expect(adopted.spec?.providerID).to.equal('virtual://virtual-zone-a/slow');
-    // Several passes later, the adopted VM is still there.
-    await new Promise((r) => setTimeout(r, 5_000));
+    // Two full collection passes later, the adopted VM is still there.
+    const start = await passes(env, 'safety-orphan-vms');
+    await until(
+      'two more orphan collection passes',
+      async () => (await passes(env, 'safety-orphan-vms')) >= start + 2,
+    );
     expect(await nodeExists(env, 'slow')).to.equal(true);
     expect(await metric(env, 'mcm_machine_safety_orphan_vms_collected_total')).to.equal(before + 1);
   });
