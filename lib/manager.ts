@@ -300,6 +300,7 @@ export class Manager {
       target: this.cloudTarget,
       namespace: this.config.namespace,
       nodes: informers.nodes,
+      informers,
       clock: this.clock,
       logger: this.log,
       registry: this.registry,

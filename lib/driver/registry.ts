@@ -1,14 +1,23 @@
 import type { Registry } from 'prom-client';
 
+import type { Machine, MachineClass, MachineDeployment, MachineSet } from '../api/types.js';
 import type { KubeApi } from '../kube/client.js';
 import type { Clock } from '../kube/clock.js';
-import type { Informer } from '../kube/informer.js';
+import type { Informer, Lister } from '../kube/informer.js';
 import type { Node } from '../kube/types.js';
 import type { Logger } from '../observability/logger.js';
 import type { Driver } from './driver.js';
 import { instrumentDriver } from './metrics.js';
 
-/** What a provider may use of the manager: clients, the node cache, time, logs, metrics. */
+/** The manager's caches of the control namespace's machine objects, shared and read only. */
+export interface ControlCaches {
+  machines: Lister<Machine>;
+  machineSets: Lister<MachineSet>;
+  machineDeployments: Lister<MachineDeployment>;
+  machineClasses: Lister<MachineClass>;
+}
+
+/** What a provider may use of the manager: clients, the caches, time, logs, metrics. */
 export interface ProviderContext {
   /** Control cluster (machine objects), for providers that keep state there. */
   control: KubeApi;
@@ -18,6 +27,11 @@ export interface ProviderContext {
   namespace: string;
   /** The manager's cache of target-cluster Nodes (shared, read only); undefined without target. */
   nodes: Informer<Node> | undefined;
+  /**
+   * The manager's caches of machines, sets, deployments and classes (synced before start() is
+   * called); undefined where the provider runs without them (tests).
+   */
+  informers?: ControlCaches | undefined;
   clock: Clock;
   logger: Logger;
   registry: Registry;

@@ -80,8 +80,11 @@ export class ReplacementBudget {
     }
     return this.withLock(group.key, async () => {
       const fresh = this.groupOf(m) ?? group;
-      const pending = this.pendingMarks(fresh.key, fresh.machines);
-      const busy = fresh.machines.filter((x) => inReplacement(x, now)).length + pending;
+      // The machine itself is not counted: an InPlaceUpdateFailed machine is "in replacement" by
+      // phase, and would otherwise use up a budget of 1 on its own and never be marked Failed.
+      const others = fresh.machines.filter((x) => x.metadata.uid !== m.metadata.uid);
+      const pending = this.pendingMarks(fresh.key, others);
+      const busy = others.filter((x) => inReplacement(x, now)).length + pending;
       if (busy >= fresh.budget) return { allowed: false, inReplacement: busy, budget: fresh.budget };
       await mark();
       const set = this.marked.get(fresh.key) ?? new Set<string>();

@@ -25,6 +25,7 @@ import { needsCreation, runCreationFlow } from './create.js';
 import { runDeletionFlow } from './deletion.js';
 import { MachineEventReason, type MachineDeps } from './deps.js';
 import { planHealth } from './health.js';
+import { inPlaceDrainId, reconcileInPlace } from './inplaceflow.js';
 import { MachineMetrics } from './metrics.js';
 import { planNodeSync } from './nodesync.js';
 import { effectivePreserve, preserveTimeoutOf, wantsPreservation } from './preserve.js';
@@ -62,7 +63,7 @@ function machineChanged(a: CachedMachine, b: CachedMachine): boolean {
   );
 }
 
-/** Changes of a node that can change its machine's health or node template sync. */
+/** Changes of a node that can change its machine's health, node template sync or in-place update (labels, condition reasons). */
 function nodeChanged(a: CachedNode, b: CachedNode): boolean {
   const conds = (n: CachedNode): string =>
     (n.status?.conditions ?? [])
@@ -86,8 +87,9 @@ function nodeChanged(a: CachedNode, b: CachedNode): boolean {
  * The machine controller (gardener's provider machine-controller): creates each machine's VM
  * through the driver of its class's provider, follows its node's health through the phases
  * Pending, Running, Unknown and Failed (replacing unhealthy machines within a budget), keeps the
- * node's labels, annotations, taints and finalizer in step with the machine, and deletes VM and
- * node when the machine is deleted.
+ * node's labels, annotations, taints and finalizer in step with the machine, takes the node
+ * through its in-place update (condition, drain, phases), and deletes VM and node when the
+ * machine is deleted.
  */
 export class MachineController {
   readonly controller: Controller;
@@ -293,7 +295,10 @@ export class MachineController {
   async reconcile(key: string, { log }: ReconcileContext): Promise<ReconcileResult> {
     const m = this.deps.informers.machines.getByKey(key);
     if (m === undefined) return {};
-    if (m.metadata.deletionTimestamp !== undefined) return runDeletionFlow(this.deps, m, log);
+    if (m.metadata.deletionTimestamp !== undefined) {
+      this.deps.drainer?.forget(inPlaceDrainId(m));
+      return runDeletionFlow(this.deps, m, log);
+    }
     if (this.frozen()) {
       log.verbose('machine controller is frozen (an API server was unreachable); not reconciling');
       return { requeueAfter: FROZEN_RECHECK_MS };
@@ -310,6 +315,12 @@ export class MachineController {
       const health = await this.reconcileHealth(m, nodeName, log);
       results.push(health.result);
       current = health.machine;
+      const node = this.deps.informers.nodes?.get(undefined, nodeName);
+      if (node !== undefined) {
+        const inPlace = await reconcileInPlace(this.deps, current, node, log);
+        results.push(inPlace.result);
+        current = inPlace.machine;
+      }
     }
     if (needsCreation(current)) {
       this.creating.add(key);
@@ -412,6 +423,25 @@ export class MachineController {
           MachineEventReason.MachineFailed,
           m.status?.lastOperation?.description ?? '',
         );
+        return;
+      case 'inplace-successful':
+        d.recorder.event(
+          m,
+          'Normal',
+          MachineEventReason.InPlaceUpdateSuccessful,
+          m.status?.lastOperation?.description ?? '',
+        );
+        log.info('machine updated in place', { node: m.metadata.labels?.[Label.Node] });
+        return;
+      case 'inplace-failed':
+      case 'inplace-timeout':
+        d.recorder.event(
+          m,
+          'Warning',
+          MachineEventReason.InPlaceUpdateFailed,
+          m.status?.lastOperation?.description ?? '',
+        );
+        log.info('in-place update of machine failed', { description: m.status?.lastOperation?.description });
         return;
       default:
         log.info('machine phase changed', { phase: m.status?.currentStatus?.phase, reason });

@@ -37,4 +37,7 @@ export const MachineEventReason = {
   DrainBlocked: 'DrainBlocked',
   DrainForced: 'DrainForced',
   Preserved: 'Preserved',
+  InPlaceUpdating: 'InPlaceUpdating',
+  InPlaceUpdateSuccessful: 'InPlaceUpdateSuccessful',
+  InPlaceUpdateFailed: 'InPlaceUpdateFailed',
 } as const;

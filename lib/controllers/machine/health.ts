@@ -1,8 +1,14 @@
 // Health of a machine with a node (pure): conditions mirrored from the node, and the phase
 // transitions Pending → Running | Failed, Running → Unknown, Unknown → Running | Failed, with the
-// creation and health timeouts (MCM's reconcileMachineHealth).
+// creation and health timeouts (MCM's reconcileMachineHealth); and the in-place update phases:
+// InPlaceUpdating → InPlaceUpdateSuccessful | InPlaceUpdateFailed (from the node's update-result
+// label, or the in-place timeout), InPlaceUpdateFailed → Failed after the health timeout, and
+// InPlaceUpdateSuccessful → Running once the node is healthy.
 
 import {
+  Annotation,
+  Label,
+  LabelValue,
   MachineOperationType,
   MachinePhase,
   MachineState,
@@ -18,6 +24,7 @@ import { phaseOf } from '../machines.js';
 import {
   creationTimeoutOf,
   healthTimeoutOf,
+  inPlaceUpdateTimeoutOf,
   nodeConditionsOf,
   type MachineControllerSettings,
 } from './settings.js';
@@ -25,7 +32,15 @@ import {
 type AnyMachine = Machine | DeepReadonly<Machine>;
 type AnyNode = Node | DeepReadonly<Node>;
 
-export type HealthTransitionReason = 'joined' | 'rejoined' | 'unhealthy' | 'join-timeout' | 'health-timeout';
+export type HealthTransitionReason =
+  | 'joined'
+  | 'rejoined'
+  | 'unhealthy'
+  | 'join-timeout'
+  | 'health-timeout'
+  | 'inplace-successful'
+  | 'inplace-failed'
+  | 'inplace-timeout';
 
 export interface HealthDecision {
   /** The node's conditions, when they differ from the machine's (undefined: keep). */
@@ -35,7 +50,7 @@ export interface HealthDecision {
         phase: MachinePhase;
         lastOperation: LastOperation;
         reason: HealthTransitionReason;
-        /** Unknown → Failed only happens within the deployment's replacement budget. */
+        /** Unknown (or InPlaceUpdateFailed) → Failed only happens within the deployment's replacement budget. */
         needsBudget: boolean;
         /** For joined: ms from creation to Running. */
         joinDurationMs?: number;
@@ -184,17 +199,7 @@ export function planHealth(
     case MachinePhase.Unknown:
     case MachinePhase.Failed: {
       if (healthy) {
-        decision.transition = {
-          phase: MachinePhase.Running,
-          lastOperation: lastOp(
-            MachineOperationType.HealthCheck,
-            MachineState.Successful,
-            `Machine ${name} successfully re-joined the cluster`,
-            now,
-          ),
-          reason: 'rejoined',
-          needsBudget: false,
-        };
+        decision.transition = rejoined(name, now);
         return decision;
       }
       if (phase === MachinePhase.Failed || m.spec?.disableHealthTimeout === true) return decision;
@@ -219,13 +224,121 @@ export function planHealth(
       }
       return decision;
     }
+    case MachinePhase.InPlaceUpdateSuccessful: {
+      if (healthy) decision.transition = rejoined(name, now);
+      return decision;
+    }
+    case MachinePhase.InPlaceUpdating:
+    case MachinePhase.InPlaceUpdateFailed: {
+      // Whether the node is healthy says little while (or after) its update fails: health is not
+      // judged in these phases, only the agent's verdict and the timeouts.
+      const result = inPlaceResult(m, node, phase, now);
+      if (result !== undefined) {
+        decision.transition = result;
+        return decision;
+      }
+      const since = time(m.status?.currentStatus?.lastUpdateTime) ?? now;
+      if (phase === MachinePhase.InPlaceUpdating) {
+        const timeout = inPlaceUpdateTimeoutOf(m, settings);
+        if (now - since >= timeout) {
+          decision.transition = {
+            phase: MachinePhase.InPlaceUpdateFailed,
+            lastOperation: lastOp(
+              MachineOperationType.InPlaceUpdate,
+              MachineState.Failed,
+              `Machine ${name} did not finish its in-place update within the in-place update timeout of ${formatGoDuration(timeout)}`,
+              now,
+            ),
+            reason: 'inplace-timeout',
+            needsBudget: false,
+          };
+        } else {
+          decision.recheckAfterMs = since + timeout - now;
+        }
+        return decision;
+      }
+      if (m.spec?.disableHealthTimeout === true) return decision;
+      const timeout = healthTimeoutOf(m, settings);
+      if (now - since >= timeout) {
+        decision.transition = {
+          phase: MachinePhase.Failed,
+          lastOperation: lastOp(
+            MachineOperationType.InPlaceUpdate,
+            MachineState.Failed,
+            `Machine ${name} failed its in-place update (${failedUpdateDetail(node)}) and was not updated within the health timeout of ${formatGoDuration(timeout)}; marked Failed`,
+            now,
+          ),
+          reason: 'health-timeout',
+          needsBudget: true,
+        };
+      } else {
+        decision.recheckAfterMs = since + timeout - now;
+      }
+      return decision;
+    }
     case MachinePhase.Creating:
     case MachinePhase.Available:
     case MachinePhase.CrashLoopBackOff:
     case MachinePhase.Terminating:
-    case MachinePhase.InPlaceUpdating:
-    case MachinePhase.InPlaceUpdateSuccessful:
-    case MachinePhase.InPlaceUpdateFailed:
       return decision;
   }
+}
+
+function rejoined(name: string, now: number): NonNullable<HealthDecision['transition']> {
+  return {
+    phase: MachinePhase.Running,
+    lastOperation: lastOp(
+      MachineOperationType.HealthCheck,
+      MachineState.Successful,
+      `Machine ${name} successfully re-joined the cluster`,
+      now,
+    ),
+    reason: 'rejoined',
+    needsBudget: false,
+  };
+}
+
+function failedUpdateDetail(node: AnyNode | undefined): string {
+  if (node?.metadata.labels?.[Label.UpdateResult] !== LabelValue.UpdateFailed)
+    return 'the update did not finish in time';
+  return node.metadata.annotations?.[Annotation.UpdateFailedReason] ?? 'no reason given';
+}
+
+/** The update agent's verdict (the node's update-result label), when it moves the phase. */
+function inPlaceResult(
+  m: AnyMachine,
+  node: AnyNode | undefined,
+  phase: MachinePhase,
+  now: number,
+): HealthDecision['transition'] {
+  const name = m.metadata.name ?? '';
+  const result = node?.metadata.labels?.[Label.UpdateResult];
+  if (result === LabelValue.UpdateSuccessful && phase !== MachinePhase.InPlaceUpdateSuccessful) {
+    return {
+      phase: MachinePhase.InPlaceUpdateSuccessful,
+      lastOperation: lastOp(
+        MachineOperationType.InPlaceUpdate,
+        MachineState.Successful,
+        `Machine ${name} successfully updated in place`,
+        now,
+      ),
+      reason: 'inplace-successful',
+      needsBudget: false,
+    };
+  }
+  if (result === LabelValue.UpdateFailed && phase !== MachinePhase.InPlaceUpdateFailed) {
+    const why = node?.metadata.annotations?.[Annotation.UpdateFailedReason] ?? 'no reason given';
+    return {
+      phase: MachinePhase.InPlaceUpdateFailed,
+      lastOperation: lastOp(
+        MachineOperationType.InPlaceUpdate,
+        MachineState.Failed,
+        `Machine ${name} failed its in-place update: ${why}`,
+        now,
+      ),
+      reason: 'inplace-failed',
+      needsBudget: false,
+    };
+  }
+  return undefined;
 }

@@ -74,6 +74,11 @@ export function healthTimeoutOf(m: AnyMachine, s: MachineControllerSettings): nu
   return tryParseGoDuration(m.spec?.healthTimeout) ?? s.healthTimeoutMs;
 }
 
+/** In-place update timeout: spec.inPlaceUpdateTimeout, else the flag. */
+export function inPlaceUpdateTimeoutOf(m: AnyMachine, s: MachineControllerSettings): number {
+  return tryParseGoDuration(m.spec?.inPlaceUpdateTimeout) ?? s.inPlaceUpdateTimeoutMs;
+}
+
 export function drainTimeoutOf(m: AnyMachine, s: MachineControllerSettings): number {
   return tryParseGoDuration(m.spec?.drainTimeout) ?? s.drainTimeoutMs;
 }

@@ -1,10 +1,12 @@
 // The virtual cloud's "hypervisor": moves VMs through their lives on time. A booting VM's node
-// becomes Ready at its boot time; a VM with the notReadyAfter failure mode turns NotReady later.
+// becomes Ready at its boot time; a VM with the notReadyAfter failure mode turns NotReady later;
+// a node ready for its in-place update gets it from the simulated update agent (agent.ts).
 // It is a small controller over the VM nodes in the shared node cache, so pending transitions
 // survive our restarts (they are read back from the nodes) and failed writes back off.
 
 import type { Registry } from 'prom-client';
 
+import type { ControlCaches } from '../../driver/registry.js';
 import type { KubeApi } from '../../kube/client.js';
 import type { Clock } from '../../kube/clock.js';
 import { Controller, type ReconcileResult } from '../../kube/controller.js';
@@ -13,6 +15,7 @@ import type { DeepReadonly, Informer } from '../../kube/informer.js';
 import { CoreResources } from '../../kube/resources.js';
 import type { Node } from '../../kube/types.js';
 import type { Logger } from '../../observability/logger.js';
+import { planUpdateAgent, reportPatch, resolveUpdateTarget } from './agent.js';
 import { isVmNode } from './store.js';
 import {
   KWOK_ANNOTATION,
@@ -72,8 +75,10 @@ export class Hypervisor {
     private readonly client: KubeApi,
     private readonly nodes: Informer<Node>,
     private readonly clock: Clock,
-    logger: Logger,
+    private readonly logger: Logger,
     registry: Registry,
+    /** For the update agent: the control caches and namespace (undefined: default updates). */
+    private readonly control?: { caches: ControlCaches | undefined; namespace: string },
   ) {
     this.controller = new Controller({
       name: 'virtual-hypervisor',
@@ -106,11 +111,15 @@ export class Hypervisor {
   private async reconcile(name: string): Promise<ReconcileResult> {
     const node = this.nodes.get(undefined, name);
     if (node === undefined) return {};
-    const plan = planVmTransition(node, this.clock.now());
+    const now = this.clock.now();
+    const plan = planVmTransition(node, now);
     try {
       switch (plan.kind) {
-        case 'none':
-          return plan.recheckAfterMs === undefined ? {} : { requeueAfter: Math.max(1, plan.recheckAfterMs) };
+        case 'none': {
+          const agent = await this.runUpdateAgent(node, now);
+          const after = [plan.recheckAfterMs, agent].filter((x) => x !== undefined);
+          return after.length === 0 ? {} : { requeueAfter: Math.max(1, Math.min(...after)) };
+        }
         case 'boot': {
           // Status first: the metadata patch then carries the resourceVersion that write returned.
           const ready = await this.setReady(name, true);
@@ -129,6 +138,25 @@ export class Hypervisor {
       if (isNotFound(err)) return {};
       throw err;
     }
+  }
+
+  /** The update agent's step for the node; returns when to look again, if it waits. */
+  private async runUpdateAgent(node: DeepReadonly<Node>, now: number): Promise<number | undefined> {
+    const step = planUpdateAgent(
+      node,
+      () => resolveUpdateTarget(this.control?.caches, node, this.control?.namespace ?? ''),
+      now,
+    );
+    if (step.kind === 'none') return step.recheckAfterMs;
+    await this.client.patch(CoreResources.nodes, node.metadata.name ?? '', reportPatch(node, step), {
+      type: 'merge',
+    });
+    this.logger.info('virtual update agent reported an in-place update', {
+      node: node.metadata.name,
+      result: step.result,
+      ...(step.result === 'successful' ? { updatedTo: step.className } : { reason: step.reason }),
+    });
+    return undefined;
   }
 
   private async setReady(name: string, ready: boolean): Promise<Node> {

@@ -8,7 +8,8 @@ export { VIRTUAL_PROVIDER, VIRTUAL_PROVIDER_ID_PREFIX } from './vm.js';
 /**
  * The built-in simulated cloud (`MachineClass.provider: virtual`). With a target cluster each VM
  * is a Node there, brought to Ready by the hypervisor when its boot delay has passed and kept
- * alive by kwok when kwok runs; without one, VMs are ConfigMaps in the control namespace.
+ * alive by kwok when kwok runs, and updated in place by a simulated node update agent; without
+ * one, VMs are ConfigMaps in the control namespace.
  */
 export function virtualProvider(opts: { random?: () => number } = {}): ProviderFactory {
   return (ctx) => {
@@ -22,6 +23,7 @@ export function virtualProvider(opts: { random?: () => number } = {}): ProviderF
         ctx.clock,
         ctx.logger.child({ provider: 'virtual' }),
         ctx.registry,
+        { caches: ctx.informers, namespace: ctx.namespace },
       );
     } else {
       store = new ConfigMapVmStore(ctx.control, ctx.namespace, ctx.logger.child({ provider: 'virtual' }));

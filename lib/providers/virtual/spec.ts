@@ -12,6 +12,22 @@ export interface VirtualFailureModes {
   notReadyAfterMs: number | undefined;
 }
 
+/** The simulated node update agent, for machines updated in place to a class with these options. */
+export interface VirtualInPlaceUpdate {
+  /** From the node's ReadyForUpdate until the agent reports its result. */
+  durationMs: number;
+  /** The update fails (update-result=failed) instead of succeeding. */
+  fail: boolean;
+  /** The update-failed-reason the agent reports when it fails. */
+  failureReason: string;
+}
+
+export const DEFAULT_IN_PLACE_UPDATE: VirtualInPlaceUpdate = {
+  durationMs: 5_000,
+  fail: false,
+  failureReason: 'simulated in-place update failure',
+};
+
 export interface VirtualProviderSpec {
   /** From CreateMachine until the node is Ready. */
   bootDelayMs: number;
@@ -22,6 +38,7 @@ export interface VirtualProviderSpec {
   /** Maximum VMs per zone; a zone not listed is unlimited. Exhaustion fails with ResourceExhausted. */
   zoneCapacity: Record<string, number>;
   failure: VirtualFailureModes;
+  inPlaceUpdate: VirtualInPlaceUpdate;
 }
 
 /** What a VM of a class looks like (from the class's nodeTemplate, else these defaults). */
@@ -44,8 +61,9 @@ export const DEFAULT_SHAPE: VirtualVmShape = {
 
 const DEFAULT_MAX_PODS = '110';
 
-const KNOWN_OPTIONS = ['bootDelay', 'apiLatency', 'errorRate', 'zoneCapacity', 'failure'];
+const KNOWN_OPTIONS = ['bootDelay', 'apiLatency', 'errorRate', 'zoneCapacity', 'failure', 'inPlaceUpdate'];
 const KNOWN_FAILURE_OPTIONS = ['bootNeverCompletes', 'notReadyAfter'];
+const KNOWN_IN_PLACE_OPTIONS = ['duration', 'fail', 'failureReason'];
 
 export type SpecResult = { ok: true; spec: VirtualProviderSpec } | { ok: false; problems: string[] };
 
@@ -81,6 +99,7 @@ export function parseProviderSpec(raw: unknown): SpecResult {
     errorRate: 0,
     zoneCapacity: {},
     failure: { bootNeverCompletes: false, notReadyAfterMs: undefined },
+    inPlaceUpdate: { ...DEFAULT_IN_PLACE_UPDATE },
   };
   if (raw === undefined || raw === null) return { ok: true, spec };
   if (!isObject(raw)) return { ok: false, problems: ['providerSpec: must be an object'] };
@@ -140,7 +159,43 @@ export function parseProviderSpec(raw: unknown): SpecResult {
       );
     }
   }
+  if (raw.inPlaceUpdate !== undefined) parseInPlaceUpdate(raw.inPlaceUpdate, spec.inPlaceUpdate, problems);
   return problems.length > 0 ? { ok: false, problems } : { ok: true, spec };
+}
+
+function parseInPlaceUpdate(raw: unknown, out: VirtualInPlaceUpdate, problems: string[]): void {
+  if (!isObject(raw)) {
+    problems.push('providerSpec.inPlaceUpdate: must be an object');
+    return;
+  }
+  for (const key of Object.keys(raw)) {
+    if (!KNOWN_IN_PLACE_OPTIONS.includes(key)) {
+      problems.push(
+        `providerSpec.inPlaceUpdate.${key}: unknown option (known: ${KNOWN_IN_PLACE_OPTIONS.join(', ')})`,
+      );
+    }
+  }
+  out.durationMs =
+    duration(raw.duration, 'providerSpec.inPlaceUpdate.duration', problems) ??
+    DEFAULT_IN_PLACE_UPDATE.durationMs;
+  if (raw.fail !== undefined) {
+    if (typeof raw.fail !== 'boolean') {
+      problems.push(
+        `providerSpec.inPlaceUpdate.fail: must be true or false, got ${JSON.stringify(raw.fail)}`,
+      );
+    } else {
+      out.fail = raw.fail;
+    }
+  }
+  if (raw.failureReason !== undefined) {
+    if (typeof raw.failureReason !== 'string' || raw.failureReason.trim() === '') {
+      problems.push(
+        `providerSpec.inPlaceUpdate.failureReason: must be a non-empty string, got ${JSON.stringify(raw.failureReason)}`,
+      );
+    } else {
+      out.failureReason = raw.failureReason;
+    }
+  }
 }
 
 function quantity(q: Quantity | undefined): string | undefined {

@@ -30,6 +30,8 @@ export const VirtualKey = {
   NotReadyAt: 'virtual.mcm-ts.io/not-ready-at',
   /** Annotation "true": initialisation never completes (failure mode). */
   BootNeverCompletes: 'virtual.mcm-ts.io/boot-never-completes',
+  /** Annotation: the MachineClass the simulated update agent last updated the VM to in place. */
+  UpdatedTo: 'virtual.mcm-ts.io/updated-to',
 } as const;
 
 export type VmState = 'booting' | 'running' | 'stopped';

@@ -116,4 +116,23 @@ describe('replacement budget (meltdown protection)', () => {
     expect(r2).to.deep.equal({ allowed: true, inReplacement: 2, budget: 2 });
     await roomy.stop();
   });
+
+  it('does not count an InPlaceUpdateFailed machine against itself, but counts it for others', async () => {
+    const e = await env({ a: 'InPlaceUpdateFailed', b: 'Running', c: 'Unknown' });
+    const budget = new ReplacementBudget(
+      e.informers.machines,
+      e.informers.machineSets,
+      e.informers.machineDeployments,
+      '1',
+    );
+    const own = await budget.tryMark(e.informers.machines.get('default', 'a') as never, e.clock.now(), () =>
+      Promise.resolve(),
+    );
+    expect(own).to.deep.equal({ allowed: true, inReplacement: 1, budget: 1 });
+    const other = await budget.tryMark(e.informers.machines.get('default', 'c') as never, e.clock.now(), () =>
+      Promise.resolve(),
+    );
+    expect(other.allowed).to.be.false;
+    await e.stop();
+  });
 });

@@ -33,9 +33,16 @@ function machine(
   };
 }
 
-function node(conds: NodeCondition[], taints: Node['spec'] = {}): Node {
-  return { metadata: { name: 'm1' }, spec: taints, status: { conditions: conds } };
+function node(
+  conds: NodeCondition[],
+  taints: Node['spec'] = {},
+  meta: { labels?: Record<string, string>; annotations?: Record<string, string> } = {},
+): Node {
+  return { metadata: { name: 'm1', ...meta }, spec: taints, status: { conditions: conds } };
 }
+
+const RESULT = 'node.machine.sapcloud.io/update-result';
+const FAILED_REASON = 'node.machine.sapcloud.io/update-failed-reason';
 
 const ready: NodeCondition = { type: 'Ready', status: 'True' };
 const notReady: NodeCondition = { type: 'Ready', status: 'False' };
@@ -145,5 +152,107 @@ describe('machine health planning', () => {
     expect(
       planHealth(m, node([ready, { type: 'DiskPressure', status: 'True' }]), settings, T0).transition,
     ).to.equal(undefined);
+  });
+
+  describe('in-place update phases', () => {
+    const succeeded = { labels: { [RESULT]: 'successful' } };
+    const failed = { labels: { [RESULT]: 'failed' }, annotations: { [FAILED_REASON]: 'disk full' } };
+
+    it('moves InPlaceUpdating to InPlaceUpdateSuccessful on update-result=successful', () => {
+      const d = planHealth(machine('InPlaceUpdating'), node([ready], {}, succeeded), settings, T0 + 1000);
+      expect(d.transition?.phase).to.equal('InPlaceUpdateSuccessful');
+      expect(d.transition?.reason).to.equal('inplace-successful');
+      expect(d.transition?.lastOperation).to.deep.include({
+        type: 'InPlaceUpdate',
+        state: 'Successful',
+        description: 'Machine m1 successfully updated in place',
+      });
+      expect(d.transition?.needsBudget).to.be.false;
+    });
+
+    it('moves InPlaceUpdating to InPlaceUpdateFailed on update-result=failed, with the reason', () => {
+      const d = planHealth(machine('InPlaceUpdating'), node([ready], {}, failed), settings, T0 + 1000);
+      expect(d.transition?.phase).to.equal('InPlaceUpdateFailed');
+      expect(d.transition?.reason).to.equal('inplace-failed');
+      expect(d.transition?.lastOperation).to.include({ type: 'InPlaceUpdate', state: 'Failed' });
+      expect(d.transition?.lastOperation.description).to.contain('disk full');
+    });
+
+    it('moves InPlaceUpdateFailed to InPlaceUpdateSuccessful when a later result is successful', () => {
+      const d = planHealth(machine('InPlaceUpdateFailed'), node([ready], {}, succeeded), settings, T0);
+      expect(d.transition?.phase).to.equal('InPlaceUpdateSuccessful');
+    });
+
+    it('does not judge health while InPlaceUpdating or InPlaceUpdateFailed (no Unknown, no Running)', () => {
+      for (const phase of ['InPlaceUpdating', 'InPlaceUpdateFailed']) {
+        expect(planHealth(machine(phase), node([notReady]), settings, T0 + 1000).transition, phase).to.equal(
+          undefined,
+        );
+        expect(planHealth(machine(phase), node([ready]), settings, T0 + 1000).transition, phase).to.equal(
+          undefined,
+        );
+      }
+    });
+
+    it('fails InPlaceUpdating after the in-place timeout (spec first, then the flag), rechecking until then', () => {
+      const before = planHealth(machine('InPlaceUpdating'), node([ready]), settings, T0 + 60_000);
+      expect(before.transition).to.equal(undefined);
+      expect(before.recheckAfterMs).to.equal(settings.inPlaceUpdateTimeoutMs - 60_000);
+      const after = planHealth(
+        machine('InPlaceUpdating'),
+        node([ready]),
+        settings,
+        T0 + settings.inPlaceUpdateTimeoutMs,
+      );
+      expect(after.transition?.phase).to.equal('InPlaceUpdateFailed');
+      expect(after.transition?.reason).to.equal('inplace-timeout');
+      expect(after.transition?.lastOperation.description).to.contain('in-place update timeout of 20m');
+      const own = machine('InPlaceUpdating', { spec: { inPlaceUpdateTimeout: '2m' } });
+      expect(planHealth(own, node([ready]), settings, T0 + 119_000).transition).to.equal(undefined);
+      expect(planHealth(own, node([ready]), settings, T0 + 120_000).transition?.phase).to.equal(
+        'InPlaceUpdateFailed',
+      );
+    });
+
+    it('fails InPlaceUpdateFailed after the health timeout within the replacement budget, naming the reason', () => {
+      const m = machine('InPlaceUpdateFailed', { spec: { healthTimeout: '5s' } });
+      const before = planHealth(m, node([ready], {}, failed), settings, T0 + 4000);
+      expect(before.transition).to.equal(undefined);
+      expect(before.recheckAfterMs).to.equal(1000);
+      const after = planHealth(m, node([ready], {}, failed), settings, T0 + 5000);
+      expect(after.transition?.phase).to.equal('Failed');
+      expect(after.transition?.needsBudget).to.be.true;
+      expect(after.transition?.reason).to.equal('health-timeout');
+      expect(after.transition?.lastOperation).to.include({ type: 'InPlaceUpdate', state: 'Failed' });
+      expect(after.transition?.lastOperation.description).to.contain('disk full');
+      const timedOut = planHealth(m, node([ready]), settings, T0 + 5000);
+      expect(timedOut.transition?.lastOperation.description).to.contain('did not finish in time');
+    });
+
+    it('keeps InPlaceUpdateFailed with disableHealthTimeout', () => {
+      const m = machine('InPlaceUpdateFailed', { spec: { disableHealthTimeout: true } });
+      const d = planHealth(m, node([ready], {}, failed), settings, T0 + 10 * settings.healthTimeoutMs);
+      expect(d.transition).to.equal(undefined);
+      expect(d.recheckAfterMs).to.equal(undefined);
+    });
+
+    it('moves InPlaceUpdateSuccessful to Running once the node is healthy, not before', () => {
+      const d = planHealth(machine('InPlaceUpdateSuccessful'), node([ready], {}, succeeded), settings, T0);
+      expect(d.transition?.phase).to.equal('Running');
+      expect(d.transition?.lastOperation).to.include({ type: 'HealthCheck', state: 'Successful' });
+      expect(d.transition?.lastOperation.description).to.contain('re-joined');
+      expect(
+        planHealth(machine('InPlaceUpdateSuccessful'), node([notReady]), settings, T0).transition,
+      ).to.equal(undefined);
+    });
+
+    it('mirrors a change of the InPlaceUpdate reason onto the machine', () => {
+      const cond = (reason: string): NodeCondition => ({ type: 'InPlaceUpdate', status: 'True', reason });
+      const m = machine('Running', { conditions: [ready, cond('CandidateForUpdate')] });
+      const d = planHealth(m, node([ready, cond('SelectedForUpdate')]), settings, T0);
+      expect(d.conditions?.find((c) => c.type === 'InPlaceUpdate')?.reason).to.equal('SelectedForUpdate');
+      const same = planHealth(m, node([ready, cond('CandidateForUpdate')]), settings, T0);
+      expect(same.conditions).to.equal(undefined);
+    });
   });
 });

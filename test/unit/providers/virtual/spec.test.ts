@@ -19,6 +19,7 @@ describe('virtual provider: providerSpec', () => {
         errorRate: 0,
         zoneCapacity: {},
         failure: { bootNeverCompletes: false, notReadyAfterMs: undefined },
+        inPlaceUpdate: { durationMs: 5000, fail: false, failureReason: 'simulated in-place update failure' },
       },
     });
   });
@@ -30,6 +31,7 @@ describe('virtual provider: providerSpec', () => {
       errorRate: 0.3,
       zoneCapacity: { 'zone-a': 10, 'zone-b': 0 },
       failure: { bootNeverCompletes: true, notReadyAfter: '5m' },
+      inPlaceUpdate: { duration: '2s', fail: true, failureReason: 'kernel panic' },
     });
     expect(r.ok).to.be.true;
     if (!r.ok) return;
@@ -39,6 +41,7 @@ describe('virtual provider: providerSpec', () => {
       errorRate: 0.3,
       zoneCapacity: { 'zone-a': 10, 'zone-b': 0 },
       failure: { bootNeverCompletes: true, notReadyAfterMs: 300_000 },
+      inPlaceUpdate: { durationMs: 2000, fail: true, failureReason: 'kernel panic' },
     });
   });
 
@@ -60,6 +63,27 @@ describe('virtual provider: providerSpec', () => {
       'a non-boolean failure flag',
       { failure: { bootNeverCompletes: 'yes' } },
       /bootNeverCompletes: must be true or false/,
+    ],
+    ['a non-object inPlaceUpdate', { inPlaceUpdate: '5s' }, /providerSpec\.inPlaceUpdate: must be an object/],
+    [
+      'an unknown inPlaceUpdate option',
+      { inPlaceUpdate: { durationn: '5s' } },
+      /providerSpec\.inPlaceUpdate\.durationn: unknown option \(known: duration, fail, failureReason\)/,
+    ],
+    [
+      'a malformed inPlaceUpdate duration',
+      { inPlaceUpdate: { duration: 'later' } },
+      /providerSpec\.inPlaceUpdate\.duration: must be a duration/,
+    ],
+    [
+      'a non-boolean inPlaceUpdate.fail',
+      { inPlaceUpdate: { fail: 'yes' } },
+      /inPlaceUpdate\.fail: must be true or false/,
+    ],
+    [
+      'an empty inPlaceUpdate.failureReason',
+      { inPlaceUpdate: { failureReason: ' ' } },
+      /inPlaceUpdate\.failureReason: must be a non-empty string/,
     ],
   ];
   for (const [name, spec, message] of bad) {
