@@ -506,41 +506,6 @@ describe('MachineDeployment controller against a real kube-apiserver', function 
     expect(mcd.metadata.annotations?.[SCALER_TIME]).to.be.a('string');
   });
 
-  it('reports a strategy it cannot honour (InPlaceUpdate) in status and events, and still scales', async () => {
-    await env.client.create(
-      MachineDeploymentResource,
-      newDeployment('inplace', 2, {
-        type: 'InPlaceUpdate',
-        inPlaceUpdate: { maxSurge: 1, maxUnavailable: 0, orchestrationType: 'Auto' },
-      }),
-    );
-    const cond = await until('Progressing=False InPlaceUpdateNotSupported', async () => {
-      const c = (await get('inplace')).status?.conditions?.find((x) => x.type === 'Progressing');
-      return c?.reason === 'InPlaceUpdateNotSupported' ? c : undefined;
-    });
-    expect(cond.status).to.equal('False');
-    expect(cond.message).to.contain('InPlaceUpdate');
-    const warning = await until('Warning event', async () =>
-      (await events('inplace')).find((e) => e.reason === 'InPlaceUpdateNotSupported'),
-    );
-    expect(warning.type).to.equal('Warning');
-    await until('2 running machines', async () => {
-      const ms = await machinesOf('inplace');
-      return ms.length === 2 && ms.every((m) => m.status?.currentStatus?.phase === 'Running')
-        ? ms
-        : undefined;
-    });
-    await setTemplateClass('inplace', 'v2');
-    await env.client.scale(MachineDeploymentResource, 'inplace', NS, 3);
-    const machines = await until('3 running machines', async () => {
-      const ms = await machinesOf('inplace');
-      return ms.length === 3 && ms.every((m) => m.status?.currentStatus?.phase === 'Running')
-        ? ms
-        : undefined;
-    });
-    expect(new Set(machines.map(classOf)), 'template change not rolled out').to.deep.equal(new Set(['v1']));
-  });
-
   it('deletes its machine sets and machines when deleted, then goes away', async () => {
     await env.client.create(MachineDeploymentResource, newDeployment('gone', 2, rolling(1, 0)));
     await complete('gone', 'v1', 2);
@@ -599,5 +564,76 @@ describe('MachineDeployment controller with a lagging cache (watch events 300 ms
     }
     expect(watch.violations).to.deep.equal([]);
     expect(watch.created.size, 'every machine replaced exactly once').to.equal(4);
+  });
+});
+
+describe('MachineDeployment controller without a target cluster (--target-kubeconfig=none)', function () {
+  this.timeout(300_000);
+  let env: MachineEnv;
+
+  before(async function () {
+    this.timeout(300_000);
+    env = await startMachineEnv({
+      standIn: { runningAfterMs: 200, terminateAfterMs: 200 },
+      config: { targetKubeconfig: 'none' },
+    });
+  });
+
+  after(async () => {
+    await env.stop();
+  });
+
+  const get = (name: string): Promise<MachineDeployment> =>
+    env.client.get<MachineDeployment>(MachineDeploymentResource, name, NS);
+  const machinesOf = async (name: string): Promise<Machine[]> =>
+    (await env.client.list<Machine>(MachineResource, { namespace: NS, labelSelector: `mcd=${name}` })).items;
+  const events = async (name: string): Promise<CoreEvent[]> =>
+    (
+      await env.client.list<CoreEvent>(CoreResources.events, {
+        namespace: NS,
+        fieldSelector: `involvedObject.name=${name}`,
+      })
+    ).items;
+  const setTemplateClass = (name: string, className: string): Promise<unknown> =>
+    env.client.patch(
+      MachineDeploymentResource,
+      name,
+      { spec: { template: { spec: { class: { kind: 'MachineClass', name: className } } } } },
+      { type: 'merge', namespace: NS },
+    );
+
+  it('reports InPlaceUpdate, which needs nodes to drain and update, as unsupported in status and events, and still scales', async () => {
+    await env.client.create(
+      MachineDeploymentResource,
+      newDeployment('inplace', 2, {
+        type: 'InPlaceUpdate',
+        inPlaceUpdate: { maxSurge: 1, maxUnavailable: 0, orchestrationType: 'Auto' },
+      }),
+    );
+    const cond = await until('Progressing=False InPlaceUpdateNotSupported', async () => {
+      const c = (await get('inplace')).status?.conditions?.find((x) => x.type === 'Progressing');
+      return c?.reason === 'InPlaceUpdateNotSupported' ? c : undefined;
+    });
+    expect(cond.status).to.equal('False');
+    expect(cond.message).to.contain('--target-kubeconfig=none');
+    const warning = await until('Warning event', async () =>
+      (await events('inplace')).find((e) => e.reason === 'InPlaceUpdateNotSupported'),
+    );
+    expect(warning.type).to.equal('Warning');
+    await until('2 running machines', async () => {
+      const ms = await machinesOf('inplace');
+      return ms.length === 2 && ms.every((m) => m.status?.currentStatus?.phase === 'Running')
+        ? ms
+        : undefined;
+    });
+    await setTemplateClass('inplace', 'v2');
+    await env.client.scale(MachineDeploymentResource, 'inplace', NS, 3);
+    const machines = await until('3 running machines', async () => {
+      const ms = await machinesOf('inplace');
+      return ms.length === 3 && ms.every((m) => m.status?.currentStatus?.phase === 'Running')
+        ? ms
+        : undefined;
+    });
+    expect(new Set(machines.map(classOf)), 'template change not rolled out').to.deep.equal(new Set(['v1']));
   });
 });
