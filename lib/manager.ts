@@ -1,4 +1,3 @@
-import { KubeConfig } from '@kubernetes/client-node';
 import type { Registry } from 'prom-client';
 
 import { EventSource } from './api/constants.js';
@@ -17,6 +16,7 @@ import { ProviderSafety } from './controllers/safety/provider.js';
 import { SecretController } from './controllers/secret/controller.js';
 import { ProviderRegistry } from './driver/registry.js';
 import { KubeClient, type KubeApi } from './kube/client.js';
+import { KubeConfig, type KubeConfigSource } from './kube/kubeconfig.js';
 import { RealClock, type Clock } from './kube/clock.js';
 import { NotFoundError, errorMessage, isTransient } from './kube/errors.js';
 import { KubeEventRecorder, type EventRecorder } from './kube/events.js';
@@ -48,7 +48,7 @@ export interface ManagerDeps {
   registry?: Registry;
   clock?: Clock;
   /** Overrides loading --control-kubeconfig (tests pass the harness's KubeConfig). */
-  controlKubeConfig?: KubeConfig;
+  controlKubeConfig?: KubeConfigSource;
   /** Called when leadership is lost while running; the command exits the process. */
   onLeadershipLost?: () => void;
   /** User agent of API requests. */
@@ -67,15 +67,14 @@ interface Runnable {
   stop(): Promise<void>;
 }
 
-/** Loads a kubeconfig: a file path, or (empty) in-cluster / $KUBECONFIG / ~/.kube/config. */
-export function loadKubeConfig(path: string): KubeConfig {
-  const kc = new KubeConfig();
-  if (path === '' || path === 'inClusterConfig') {
-    if (path === 'inClusterConfig') kc.loadFromCluster();
-    else kc.loadFromDefault();
-  } else {
-    kc.loadFromFile(path);
-  }
+/** Loads a kubeconfig: a file path, `inClusterConfig`, or (empty) $KUBECONFIG / ~/.kube/config / in-cluster. */
+export function loadKubeConfig(path: string): KubeConfigSource {
+  const kc =
+    path === 'inClusterConfig'
+      ? KubeConfig.inCluster()
+      : path === ''
+        ? KubeConfig.fromDefault()
+        : KubeConfig.fromFile(path);
   if (kc.getCurrentCluster() === null)
     throw new Error(`kubeconfig ${path || '(default)'} has no current cluster`);
   return kc;
@@ -142,7 +141,7 @@ export class Manager {
     else if (targetConfig === control) this.target = this.client;
     else this.target = new KubeClient({ kubeConfig: targetConfig, ...clientOpts });
     this.providers = deps.providers ?? defaultProviders();
-    const cloudClient = (kubeConfig: KubeConfig, side: string): KubeClient => {
+    const cloudClient = (kubeConfig: KubeConfigSource, side: string): KubeClient => {
       const c = new KubeClient({
         kubeConfig,
         qps: CLOUD_CLIENT_QPS,
@@ -158,7 +157,7 @@ export class Manager {
     this.cloudTarget = targetConfig === undefined ? undefined : cloudClient(targetConfig, 'target');
     // The API-server safety probes get small clients of their own: a probe queued behind the
     // controllers' --kube-api-qps budget must not look like an unreachable API server.
-    const probeClient = (kubeConfig: KubeConfig, side: string): KubeClient => {
+    const probeClient = (kubeConfig: KubeConfigSource, side: string): KubeClient => {
       const c = new KubeClient({
         kubeConfig,
         qps: PROBE_CLIENT_QPS,

@@ -2,7 +2,7 @@ import https from 'node:https';
 import http from 'node:http';
 import { URL } from 'node:url';
 
-import type { KubeConfig } from '@kubernetes/client-node';
+import type { KubeConfigSource } from './kubeconfig.js';
 import { Counter, Histogram, type Registry } from 'prom-client';
 
 import type { Logger } from '../observability/logger.js';
@@ -87,7 +87,7 @@ export interface WatchEvent<T> {
 }
 
 export interface KubeClientOptions {
-  kubeConfig: KubeConfig;
+  kubeConfig: KubeConfigSource;
   /** Sustained requests per second (--kube-api-qps). */
   qps?: number;
   /** Requests allowed in a burst (--kube-api-burst). */

@@ -2,10 +2,9 @@ import { stat, readFile } from 'node:fs/promises';
 import https from 'node:https';
 import { createSecureContext } from 'node:tls';
 
-import { KubeConfig, type Cluster, type User } from '@kubernetes/client-node';
-
 import type { Logger } from '../observability/logger.js';
 import type { Clock } from './clock.js';
+import { KubeConfig, type Cluster, type KubeConfigSource, type User } from './kubeconfig.js';
 
 /** How often the CA, certificate and key files are checked for a change by default. */
 export const DEFAULT_CREDENTIAL_CHECK_MS = 10_000;
@@ -57,7 +56,7 @@ export class ClientCredentials {
   private refreshing: Promise<https.Agent> | undefined;
 
   constructor(
-    kubeConfig: KubeConfig,
+    kubeConfig: KubeConfigSource,
     private readonly opts: {
       clock: Clock;
       checkIntervalMs?: number | undefined;
@@ -69,10 +68,9 @@ export class ClientCredentials {
     this.files = [this.cluster?.caFile, this.user?.certFile, this.user?.keyFile].filter(
       (f): f is string => f !== undefined && f !== '',
     );
-    this.headerConfig = new KubeConfig();
     const clusterName = this.cluster?.name;
     const userName = this.user?.name;
-    this.headerConfig.loadFromOptions({
+    this.headerConfig = KubeConfig.fromOptions({
       clusters: kubeConfig.getClusters().map((c) => {
         if (c.name !== clusterName) return c;
         const { caFile: _caFile, caData: _caData, ...rest } = c;
