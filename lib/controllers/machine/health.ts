@@ -198,7 +198,10 @@ export function planHealth(
     }
     case MachinePhase.Unknown:
     case MachinePhase.Failed: {
-      if (healthy) {
+      // A node whose in-place update failed may well be Ready, but it does not run what it should:
+      // its machine stays Failed (to be replaced) while the node says so.
+      const updateFailed = node?.metadata.labels?.[Label.UpdateResult] === LabelValue.UpdateFailed;
+      if (healthy && !(phase === MachinePhase.Failed && updateFailed)) {
         decision.transition = rejoined(name, now);
         return decision;
       }

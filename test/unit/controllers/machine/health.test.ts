@@ -229,6 +229,15 @@ describe('machine health planning', () => {
       expect(timedOut.transition?.lastOperation.description).to.contain('did not finish in time');
     });
 
+    it('keeps a Failed machine Failed while its healthy node says its in-place update failed', () => {
+      expect(planHealth(machine('Failed'), node([ready], {}, failed), settings, T0).transition).to.equal(
+        undefined,
+      );
+      expect(planHealth(machine('Failed'), node([ready]), settings, T0).transition?.phase).to.equal(
+        'Running',
+      );
+    });
+
     it('keeps InPlaceUpdateFailed with disableHealthTimeout', () => {
       const m = machine('InPlaceUpdateFailed', { spec: { disableHealthTimeout: true } });
       const d = planHealth(m, node([ready], {}, failed), settings, T0 + 10 * settings.healthTimeoutMs);
