@@ -7,11 +7,21 @@
 // the same way whatever their client libraries report.
 
 import { spawnSync } from 'node:child_process';
-import { createReadStream, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  closeSync,
+  existsSync,
+  fstatSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  readSync,
+  readdirSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
-import readline from 'node:readline';
 
 import {
   API_VERSION,
@@ -35,11 +45,16 @@ import { printTable } from './table.js';
 const BENCH_USER_AGENT = 'mcm-scale-bench';
 const NAMESPACE = 'default';
 const AT_REST_SECONDS = 30;
+/** The implementation is done with a change once it has sent nothing this long. */
+const QUIET_MS = 5000;
+const QUIET_MAX_MS = 600_000;
 /** Workers: gardener's defaults on both sides (MCM 10 per controller, machine-controller 50). */
 const CONCURRENT_SYNCS = 10;
 const MACHINE_CONCURRENT_SYNCS = 50;
 
 type Impl = 'ours' | 'anchor';
+
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 interface Setting {
   qps: number;
@@ -48,7 +63,10 @@ interface Setting {
 
 interface Figures {
   upSeconds: number;
+  /** From the scale until the implementation falls quiet (see AuditTail.quiet). */
   upRequestsPerMachine: number;
+  /** Requests per second from the scale until all machines are Running. */
+  upRequestRate: number;
   restRequestsPerSecond: number;
   downSeconds: number;
   downRequestsPerMachine: number;
@@ -59,6 +77,8 @@ interface Figures {
   cpuSeconds: number;
   /** Requests per machine during 0 → N by verb and resource, largest first. */
   upBreakdown: [string, number][];
+  /** The same by client (user agent without version). */
+  upClients: [string, number][];
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -79,6 +99,8 @@ interface AuditRecord {
   at: number;
   verb: string;
   resource: string;
+  /** The user agent without version and platform, e.g. machine-controller-manager/machine-controller. */
+  client: string;
 }
 
 interface AuditEvent {
@@ -89,39 +111,85 @@ interface AuditEvent {
   requestReceivedTimestamp?: string;
 }
 
+function clientOf(userAgent: string): string {
+  return userAgent.replace(/\/v[^ ]* \([^)]*\) kubernetes\/[^/]*/, '');
+}
+
 /**
- * The requests of the implementation under test: every request of the harness's admin user except
- * the benchmark's own client and kubectl (which installs the CRDs before anything is measured).
+ * Follows the audit log as kube-apiserver writes it (blocking mode: a record is in the file before
+ * its request is served) and keeps the requests of the implementation under test: every request of
+ * the harness's admin user except the benchmark's own client and kubectl (which installs the CRDs
+ * before anything is measured).
  */
-async function readAuditLog(file: string): Promise<AuditRecord[]> {
-  const out: AuditRecord[] = [];
-  const lines = readline.createInterface({ input: createReadStream(file, 'utf8'), crlfDelay: Infinity });
-  for await (const line of lines) {
-    if (line === '') continue;
-    const e = JSON.parse(line) as AuditEvent;
+class AuditTail {
+  readonly records: AuditRecord[] = [];
+  private offset = 0;
+  private rest = '';
+
+  constructor(private readonly file: string) {}
+
+  /** Reads what was appended since the last call. */
+  poll(): void {
+    if (!existsSync(this.file)) return;
+    const fd = openSync(this.file, 'r');
+    try {
+      const size = fstatSync(fd).size;
+      if (size <= this.offset) return;
+      const buf = Buffer.alloc(size - this.offset);
+      readSync(fd, buf, 0, buf.length, this.offset);
+      this.offset = size;
+      const lines = (this.rest + buf.toString('utf8')).split('\n');
+      this.rest = lines.pop() ?? '';
+      for (const line of lines) if (line !== '') this.add(JSON.parse(line) as AuditEvent);
+    } finally {
+      closeSync(fd);
+    }
+  }
+
+  private add(e: AuditEvent): void {
     const ua = e.userAgent ?? '';
-    if (e.user?.username !== 'admin' || ua.startsWith(BENCH_USER_AGENT) || ua.startsWith('kubectl')) continue;
+    if (e.user?.username !== 'admin' || ua.startsWith(BENCH_USER_AGENT) || ua.startsWith('kubectl')) return;
     const ref = e.objectRef;
-    out.push({
+    this.records.push({
       at: Date.parse(e.requestReceivedTimestamp ?? ''),
       verb: e.verb ?? '',
       resource:
         ref?.resource === undefined
           ? 'nonresource'
           : `${ref.resource}${ref.subresource === undefined ? '' : `/${ref.subresource}`}`,
+      client: clientOf(ua),
     });
   }
-  return out;
+
+  within(from: number, to: number): AuditRecord[] {
+    return this.records.filter((r) => r.at >= from && r.at < to);
+  }
+
+  /**
+   * Waits until the implementation has sent nothing for QUIET_MS (at most QUIET_MAX_MS after
+   * `since`) and returns the end of its last request burst: just after its last request, or
+   * `since` when it sent none. The work a scale causes does not end when the machines are Running
+   * (bootstrap tokens are deleted, statuses catch up), so it is counted until this point.
+   */
+  async quiet(since: number): Promise<number> {
+    const deadline = since + QUIET_MAX_MS;
+    for (;;) {
+      this.poll();
+      const last = this.records.reduce((m, r) => Math.max(m, r.at), since);
+      const now = Date.now();
+      if (now - last >= QUIET_MS || now > deadline) return last === since ? since : last + 1;
+      await sleep(250);
+    }
+  }
 }
 
-function within(records: AuditRecord[], from: number, to: number): AuditRecord[] {
-  return records.filter((r) => r.at >= from && r.at < to);
-}
-
-function breakdown(records: AuditRecord[], per: number): [string, number][] {
+function breakdown(
+  records: AuditRecord[],
+  per: number,
+  keyOf: (r: AuditRecord) => string,
+): [string, number][] {
   const counts = new Map<string, number>();
-  for (const r of records)
-    counts.set(`${r.verb} ${r.resource}`, (counts.get(`${r.verb} ${r.resource}`) ?? 0) + 1);
+  for (const r of records) counts.set(keyOf(r), (counts.get(keyOf(r)) ?? 0) + 1);
   return [...counts.entries()].map(([k, v]): [string, number] => [k, v / per]).sort((a, b) => b[1] - a[1]);
 }
 
@@ -271,8 +339,6 @@ async function waitFor(what: string, cond: () => boolean, timeoutMs: number): Pr
   }
 }
 
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
-
 function usage(procs: ManagedProcess[]): { peakRssMiB: number; cpuSeconds: number } {
   let peakRssMiB = 0;
   let cpuSeconds = 0;
@@ -328,7 +394,8 @@ async function run(impl: Impl, n: number, s: Setting, auditDir: string): Promise
       },
       { timeoutMs: 60_000, intervalMs: 200 },
     );
-    await sleep(2000);
+    const audit = new AuditTail(auditLog);
+    await audit.quiet(Date.now());
 
     const cpu0 = usage(procs).cpuSeconds;
     const t0 = Date.now();
@@ -337,13 +404,14 @@ async function run(impl: Impl, n: number, s: Setting, auditDir: string): Promise
       machines.list().filter((m) => m.status?.currentStatus?.phase === 'Running').length;
     await waitFor(`${n} machines Running`, () => running() === n, 3_600_000);
     const tUp = Date.now();
+    const upDone = await audit.quiet(t0);
     const cpuUp = usage(procs).cpuSeconds - cpu0;
 
     // At rest: nothing changes, so nothing should be requested.
-    await sleep(5000);
     const tRest = Date.now();
     await sleep(AT_REST_SECONDS * 1000);
     const tRestEnd = Date.now();
+    audit.poll();
 
     const t1 = Date.now();
     await client.scale(MachineDeploymentResource, 'bench', NAMESPACE, 0);
@@ -351,20 +419,22 @@ async function run(impl: Impl, n: number, s: Setting, auditDir: string): Promise
       nodes.list().filter((x) => x.metadata.labels?.['virtual.mcm-ts.io/vm'] === 'true').length;
     await waitFor('0 machines and 0 VMs', () => machines.size() === 0 && vms() === 0, 3_600_000);
     const tDown = Date.now();
+    const downDone = await audit.quiet(t1);
     const end = usage(procs);
 
-    const records = await readAuditLog(auditLog);
-    const up = within(records, t0, tUp);
+    const up = audit.within(t0, upDone);
     return {
       upSeconds: (tUp - t0) / 1000,
       upRequestsPerMachine: up.length / n,
-      restRequestsPerSecond: within(records, tRest, tRestEnd).length / ((tRestEnd - tRest) / 1000),
-      downSeconds: (tDown - t1) / 1000,
-      downRequestsPerMachine: within(records, t1, tDown).length / n,
-      peakRssMiB: end.peakRssMiB,
+      upRequestRate: audit.within(t0, tUp).length / ((tUp - t0) / 1000),
       upCpuMsPerMachine: (cpuUp * 1000) / n,
+      restRequestsPerSecond: audit.within(tRest, tRestEnd).length / ((tRestEnd - tRest) / 1000),
+      downSeconds: (tDown - t1) / 1000,
+      downRequestsPerMachine: audit.within(t1, downDone).length / n,
+      peakRssMiB: end.peakRssMiB,
       cpuSeconds: end.cpuSeconds,
-      upBreakdown: breakdown(up, n),
+      upBreakdown: breakdown(up, n, (r) => `${r.verb} ${r.resource}`),
+      upClients: breakdown(up, n, (r) => r.client),
     };
   } finally {
     await Promise.all(procs.map((p) => p.stop()));
@@ -380,8 +450,9 @@ async function run(impl: Impl, n: number, s: Setting, auditDir: string): Promise
 // Table and results file
 // ------------------------------------------------------------------------------------------------
 
-const FIGURES: [keyof Omit<Figures, 'upBreakdown'>, string][] = [
+const FIGURES: [keyof Omit<Figures, 'upBreakdown' | 'upClients'>, string][] = [
   ['upSeconds', '0→N, all Running (s)'],
+  ['upRequestRate', 'API requests/s until Running'],
   ['upRequestsPerMachine', 'API requests/machine, 0→N'],
   ['upCpuMsPerMachine', 'CPU ms/machine, 0→N'],
   ['restRequestsPerSecond', `API requests/s at rest (${AT_REST_SECONDS} s)`],
@@ -443,33 +514,53 @@ function markdown(results: Result[], anchorVersion: string): string {
       `gardener's default workers (${CONCURRENT_SYNCS} per controller, ${MACHINE_CONCURRENT_SYNCS} machine workers), ` +
       'no leader election. API requests: counted by kube-apiserver (audit log, one record per ' +
       'request received) for everything the implementation sends, VM (Node) calls of the virtual ' +
-      'cloud included. Peak RSS: VmHWM, summed over the processes (anchor: 2). CPU: utime+stime.',
+      'cloud included; per machine: from the scale until the implementation has sent nothing for ' +
+      `${QUIET_MS / 1000} s (work goes on after the machines are Running), and CPU ms/machine over the ` +
+      'same span; at rest: the next ' +
+      `${AT_REST_SECONDS} s. Peak RSS: VmHWM, summed over the processes (anchor: 2). CPU: utime+stime.`,
     '',
     `| ${HEADER.join(' | ')} |`,
     `| ${HEADER.map((_, i) => (i < 2 ? '---' : '---:')).join(' | ')} |`,
     ...rowsOf(results).map((r) => `| ${r.join(' | ')} |`),
     '',
   ];
-  const biggest = results[results.length - 1];
-  if (biggest !== undefined) {
+  // The largest run at the lowest request limits: where the budget bites.
+  const pick = [...results].sort((a, b) => a.setting.qps - b.setting.qps || b.n - a.n)[0];
+  if (pick !== undefined) {
+    const at = `${pick.n} machines @ ${pick.setting.qps}/${pick.setting.burst}`;
     lines.push(
-      `## Requests per machine during 0→N, by verb and resource (${biggest.n} machines @ ${biggest.setting.qps}/${biggest.setting.burst})`,
-      '',
-      '| ours | per machine | gardener MCM | per machine |',
-      '| --- | ---: | --- | ---: |',
+      ...sideBySide(`Requests per machine during 0→N by client (${at})`, 'client', pick, 'upClients'),
     );
-    const a = biggest.ours.upBreakdown;
-    const b = biggest.anchor.upBreakdown;
-    for (let i = 0; i < Math.max(a.length, b.length) && i < 15; i++) {
-      const x = a[i];
-      const y = b[i];
-      lines.push(
-        `| ${x?.[0] ?? ''} | ${x === undefined ? '' : fmt(x[1])} | ${y?.[0] ?? ''} | ${y === undefined ? '' : fmt(y[1])} |`,
-      );
-    }
-    lines.push('');
+    lines.push(
+      ...sideBySide(
+        `Requests per machine during 0→N by verb and resource (${at})`,
+        'request',
+        pick,
+        'upBreakdown',
+      ),
+    );
   }
   return lines.join('\n');
+}
+
+function sideBySide(title: string, what: string, r: Result, key: 'upClients' | 'upBreakdown'): string[] {
+  const a = r.ours[key];
+  const b = r.anchor[key];
+  const lines = [
+    `## ${title}`,
+    '',
+    `| ours: ${what} | per machine | gardener MCM: ${what} | per machine |`,
+    '| --- | ---: | --- | ---: |',
+  ];
+  for (let i = 0; i < Math.max(a.length, b.length) && i < 15; i++) {
+    const x = a[i];
+    const y = b[i];
+    lines.push(
+      `| ${x?.[0] ?? ''} | ${x === undefined ? '' : fmt(x[1])} | ${y?.[0] ?? ''} | ${y === undefined ? '' : fmt(y[1])} |`,
+    );
+  }
+  lines.push('');
+  return lines;
 }
 
 function parseList<T>(env: string | undefined, fallback: string, parse: (s: string) => T): T[] {
