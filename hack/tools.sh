@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the real Kubernetes components that tests and dev mode run (etcd, kube-apiserver,
-# kube-scheduler, kube-controller-manager, kubectl, kwok, helm, cluster-autoscaler) from the Go
-# module proxy into a cache directory outside the repository. Idempotent: a component whose
+# kube-scheduler, kube-controller-manager, kubectl, kwok, helm, cluster-autoscaler; gardener MCM
+# for the scale benchmark) from the Go module proxy into a cache directory outside the repository. Idempotent: a component whose
 # binaries already exist for the pinned version is skipped. cluster-autoscaler releases newer than
 # the proxy serves are built from the source tarballs in ../shared/third_party/cluster-autoscaler
 # (skipped, with the reason, where that directory is absent).
@@ -12,6 +12,8 @@
 #   etcd | kube | kwok | helm
 #   cluster-autoscaler         every pinned version (1.33 from the proxy, the others from sources)
 #   cluster-autoscaler-1.NN    one version, e.g. cluster-autoscaler-1.36
+#   mcm-anchor     gardener MCM and its machine-controller with our virtual-cloud driver, for
+#                  `npm run bench scale` (not in all/test/dev)
 #        hack/tools.sh --print-dir     print the cache directory and exit
 # Env:   MCM_TOOLS_DIR       cache directory (default: ${XDG_CACHE_HOME:-~/.cache}/mcm-ts/tools)
 #        MCM_CA_SOURCES_DIR  cluster-autoscaler source tarballs
@@ -390,6 +392,49 @@ build_ca() {
   build_component cluster-autoscaler "$version" cluster-autoscaler -- build_cluster_autoscaler_source "$version"
 }
 
+# --- mcm-anchor: gardener MCM, the scale benchmark's point of comparison --------------------------
+# Two binaries from our own module test/bench/anchor (which requires MCM $MCM_ANCHOR_VERSION):
+# gardener's machine-controller-manager (its cmd package, unchanged) and machine-controller,
+# gardener's provider app with our virtual-cloud driver. MCM's own CRDs are copied to crds/. Not
+# part of `test` or `dev`: `npm run bench scale` builds it on first use. A build is tied to the
+# module's sources (source/<hash>), so editing the driver rebuilds it.
+ANCHOR_MODULE_DIR="$ROOT/test/bench/anchor"
+ANCHOR_MCM=github.com/gardener/machine-controller-manager
+
+anchor_source_hash() {
+  (cd "$ANCHOR_MODULE_DIR" && cat go.mod go.sum ./*.go | sha256sum | cut -c1-16)
+}
+
+# Go builds on this machine share one lock (see the briefing): wait for it when flock exists.
+go_locked() {
+  if command -v flock >/dev/null 2>&1; then
+    flock "${MCM_GO_LOCK:-/tmp/mcm-go.lock}" "$@"
+  else
+    "$@"
+  fi
+}
+
+build_mcm_anchor() {
+  local out=$1 logfile=$2
+  cd "$ANCHOR_MODULE_DIR"
+  local required
+  required=$(go list -m -f '{{.Version}}' "$ANCHOR_MCM")
+  if [[ "$required" != "$MCM_ANCHOR_VERSION" ]]; then
+    echo "test/bench/anchor/go.mod requires $ANCHOR_MCM $required, hack/versions.env pins $MCM_ANCHOR_VERSION" | tee -a "$logfile" >&2
+    return 1
+  fi
+  run_logged mcm-anchor "$logfile" go mod download
+  run_logged mcm-anchor "$logfile" go_locked go build -v -ldflags "-s -w" -o "$out/bin/machine-controller-manager" \
+    "$ANCHOR_MCM/cmd/machine-controller-manager"
+  run_logged mcm-anchor "$logfile" go_locked go build -v -ldflags "-s -w" -o "$out/bin/machine-controller" .
+  local moddir
+  moddir=$(go list -m -f '{{.Dir}}' "$ANCHOR_MCM")
+  mkdir -p "$out/crds" "$out/source"
+  cp "$moddir"/kubernetes/crds/*.yaml "$out/crds/"
+  chmod -R u+w "$out/crds"
+  anchor_source_hash >"$out/source/$(anchor_source_hash)"
+}
+
 # --- main ------------------------------------------------------------------------------------------
 # cluster-autoscaler-1.NN -> pinned patch version
 declare -A CA_BY_MINOR=()
@@ -404,13 +449,13 @@ for arg in "${@:-all}"; do
   case "$arg" in
     all | test) components+=(etcd kube kwok helm "${CA_COMPONENTS[@]}") ;;
     dev) components+=(etcd kube kwok "$CA_NEWEST") ;;
-    etcd | kube | kwok | helm) components+=("$arg") ;;
+    etcd | kube | kwok | helm | mcm-anchor) components+=("$arg") ;;
     cluster-autoscaler) components+=("${CA_COMPONENTS[@]}") ;;
     *)
       if [[ -n "${CA_BY_MINOR[$arg]:-}" ]]; then
         components+=("$arg")
       else
-        echo "unknown component '$arg' (expected all, test, dev, etcd, kube, kwok, helm, cluster-autoscaler, ${CA_COMPONENTS[*]})" >&2
+        echo "unknown component '$arg' (expected all, test, dev, etcd, kube, kwok, helm, cluster-autoscaler, ${CA_COMPONENTS[*]}, mcm-anchor)" >&2
         exit 2
       fi
       ;;
@@ -429,6 +474,10 @@ for c in "${components[@]}"; do
     kwok) build_component kwok "$KWOK_VERSION" kwok -- build_kwok ;;
     helm) build_component helm "$HELM_VERSION" helm -- build_helm ;;
     cluster-autoscaler-*) build_ca "${CA_BY_MINOR[$c]}" ;;
+    mcm-anchor)
+      build_component mcm-anchor "$MCM_ANCHOR_VERSION" machine-controller-manager machine-controller \
+        "source/$(anchor_source_hash)" -- build_mcm_anchor
+      ;;
   esac
 done
 

@@ -22,7 +22,7 @@ import { printTable } from './table.js';
 const managerScript = path.join(repoRoot, 'dist', 'cmd', 'manager.js');
 
 /** Peak resident set (VmHWM) and CPU seconds (user + system) of a process, from /proc. */
-function processUsage(pid: number): { peakRssMiB: number; cpuSeconds: number } {
+export function processUsage(pid: number): { peakRssMiB: number; cpuSeconds: number } {
   const status = readFileSync(`/proc/${pid}/status`, 'utf8');
   const hwm = /VmHWM:\s+(\d+) kB/.exec(status)?.[1] ?? '0';
   const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');

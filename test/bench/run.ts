@@ -2,12 +2,14 @@ import { benchAutoscaler } from './autoscaler.bench.js';
 import { benchInformer } from './informer.bench.js';
 import { benchLifecycle } from './lifecycle.bench.js';
 import { benchMachineSet } from './machineset.bench.js';
+import { benchScale } from './scale.bench.js';
 
 const benches: Record<string, () => Promise<void>> = {
   informer: benchInformer,
   machineset: benchMachineSet,
   lifecycle: benchLifecycle,
   autoscaler: benchAutoscaler,
+  scale: benchScale,
 };
 
 const only = process.argv.slice(2);

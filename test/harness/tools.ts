@@ -14,6 +14,8 @@ export interface ToolVersions {
   CLUSTER_AUTOSCALER_VERSION: string;
   /** Comma-separated cluster-autoscaler versions built from the source tarballs. */
   CLUSTER_AUTOSCALER_SOURCE_VERSIONS: string;
+  /** gardener machine-controller-manager, the scale benchmark's anchor. */
+  MCM_ANCHOR_VERSION: string;
 }
 
 /** Reads hack/versions.env, the single list of pinned component versions. */
@@ -36,6 +38,7 @@ export function readToolVersions(): ToolVersions {
     HELM_VERSION: get('HELM_VERSION'),
     CLUSTER_AUTOSCALER_VERSION: get('CLUSTER_AUTOSCALER_VERSION'),
     CLUSTER_AUTOSCALER_SOURCE_VERSIONS: get('CLUSTER_AUTOSCALER_SOURCE_VERSIONS'),
+    MCM_ANCHOR_VERSION: get('MCM_ANCHOR_VERSION'),
   };
 }
 
@@ -190,4 +193,15 @@ export function autoscalerProto(): { includeDir: string; file: string } {
     );
   }
   return { includeDir, file };
+}
+
+// --- gardener MCM, the scale benchmark's anchor ------------------------------------------------------
+
+/**
+ * Directory of the anchor build (`bash hack/tools.sh mcm-anchor`): bin/machine-controller-manager
+ * (gardener's, unchanged), bin/machine-controller (gardener's provider app with our virtual-cloud
+ * driver, test/bench/anchor) and crds/ (gardener's CRDs of that release).
+ */
+export function mcmAnchorDir(): string {
+  return path.join(toolsDir(), `mcm-anchor-${readToolVersions().MCM_ANCHOR_VERSION}`);
 }
