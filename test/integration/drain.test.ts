@@ -254,6 +254,8 @@ describe('drain of a deleted machine’s node (real kube-apiserver, kube-control
     await until('the first pod with a volume is evicted', () => deletedAt.size >= 1 || undefined, 60_000);
     const [first] = [...deletedAt.keys()];
     expect(first, 'higher-priority-equal pods go in name order').to.equal('db-a');
+    // A window in which something must NOT happen (no condition can stand in for it): the drain
+    // runs several rounds meanwhile and must keep the second pod.
     await new Promise((r) => setTimeout(r, 3000));
     expect(deletedAt.has('db-b'), 'the second waits while the first one’s volume is attached').to.be.false;
     const waiting = await env.client.get<Machine>(MachineResource, node, NS);

@@ -289,6 +289,8 @@ describe('machine lifecycle on the virtual provider (real kube-apiserver)', func
       return Number(line?.split(' ').pop() ?? 0);
     };
     const before = await failures();
+    // A window in which something must NOT happen: no create is retried before the
+    // --resource-exhausted-retry period, which is longer than this window.
     await new Promise((r) => setTimeout(r, 4000));
     expect(await failures(), 'no create retried before --resource-exhausted-retry').to.equal(before);
     for (const m of (await env.machines('tight')).filter(
