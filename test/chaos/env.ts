@@ -7,7 +7,12 @@ import path from 'node:path';
 
 import { expect } from 'chai';
 
-import { MachineDeploymentResource, MachineResource, type Machine } from '../../lib/api/types.js';
+import {
+  MachineDeploymentResource,
+  MachineResource,
+  type Machine,
+  type MachineDeployment,
+} from '../../lib/api/types.js';
 import { CoreResources } from '../../lib/kube/resources.js';
 import type { Node } from '../../lib/kube/types.js';
 import type { ControlPlaneOptions } from '../harness/controlplane.js';
@@ -108,6 +113,12 @@ export class ManagerReplica {
     return (await httpGet(this.port, '/metrics')).body.includes(LEADING);
   }
 
+  /** The replica's /metrics text ('' when it does not answer). */
+  async metrics(): Promise<string> {
+    if (!this.proc.running) return '';
+    return (await httpGet(this.port, '/metrics')).body;
+  }
+
   async stop(): Promise<void> {
     this.stopping = true;
     if (this.restartTimer !== undefined) clearTimeout(this.restartTimer);
@@ -141,6 +152,8 @@ export interface MeasureSpec {
   start: () => Promise<void>;
   /** Faults injected during the operation; returns notes for the table. */
   during?: () => Promise<string | undefined>;
+  /** A note computed at the end (also when the operation failed), e.g. from metrics. */
+  report?: () => Promise<string | undefined>;
   /** More to wait for after the deployment converged (e.g. pods running). */
   alsoWaitFor?: () => Promise<string | undefined>;
   timeoutMs: number;
@@ -214,6 +227,22 @@ export class ChaosEnv {
       },
       timeoutMs,
     );
+  }
+
+  /**
+   * Sum over the live replicas of a metric's samples whose labels contain every given label
+   * (counters restart with a replica: use this for scenarios without kills).
+   */
+  async metricSum(name: string, labels: Record<string, string> = {}): Promise<number> {
+    let sum = 0;
+    for (const r of this.replicas) {
+      for (const line of (await r.metrics()).split('\n')) {
+        if (!line.startsWith(`${name}{`) && !line.startsWith(`${name} `)) continue;
+        if (!Object.entries(labels).every(([k, v]) => line.includes(`${k}="${v}"`))) continue;
+        sum += Number(line.slice(line.lastIndexOf(' ') + 1)) || 0;
+      }
+    }
+    return sum;
   }
 
   /** Machines of a deployment (by its app label) as the recorder sees them now. */
@@ -367,6 +396,18 @@ export class ChaosEnv {
     let measured: Measured;
     try {
       await spec.start();
+      // Convergence is judged on the recorded state, which must include the write just made.
+      const started = await this.client.get<MachineDeployment>(
+        MachineDeploymentResource,
+        spec.deployment,
+        NS,
+      );
+      const rv = Number(started.metadata.resourceVersion ?? 0);
+      await until(
+        'the recorder has the write that started the operation',
+        () => (this.recorder.live.machinedeployments.get(`${NS}/${spec.deployment}`)?.rev ?? 0) >= rv,
+        30_000,
+      );
       const n = await spec.during?.();
       if (n !== undefined) notes.push(n);
       await this.waitConverged(spec.deployment, Math.max(1000, spec.timeoutMs - (Date.now() - t0)));
@@ -383,10 +424,12 @@ export class ChaosEnv {
         toRev,
       });
       const orphans = converged ? await this.orphanVMs() : [];
+      const report = await spec.report?.().catch((err: unknown) => `report failed: ${String(err)}`);
+      if (report !== undefined) notes.push(report);
       const restarts = this.replicas.reduce((n, r) => n + r.exits.length, 0) - restartsBefore;
       if (restarts > 0) notes.push(`${restarts} manager exit(s) and restart(s)`);
       notes.push(
-        `peak ${analysis.peakActive} machines, ${analysis.machinesCreated} created, ${analysis.deletions.length} deleted, ${analysis.vmsCreated} VMs created`,
+        `peak ${analysis.peakActive} machines, ${analysis.machinesCreated} created, ${analysis.deletions.length} deleted; VMs ${analysis.vmsCreated} created, ${analysis.vmsDeleted} deleted`,
       );
       recordRow({
         id: spec.id,
