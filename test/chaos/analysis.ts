@@ -1,0 +1,288 @@
+// The fault suite's figures, computed from the recorded etcd timeline (pure: events in, figures out).
+//
+// The timeline is replayed write by write in etcd revision order, so each figure is evaluated
+// after every committed change of any Machine, MachineSet, MachineDeployment or Node: that is
+// what "at any moment" means here.
+//
+// Machines beyond replicas + maxSurge
+//   Counted: machines the deployment selects (its selector's matchLabels) that are not being
+//   deleted (no deletionTimestamp, phase not Terminating), Failed ones included. The bound is
+//   `allowed + maxSurge`, where `allowed` follows spec.replicas with one rule around a change:
+//   after an increase the new value binds at once (max(old, new) = new); after a decrease the old
+//   value still binds (max(old, new) = old) until the count has come down to new + maxSurge,
+//   because machines cannot disappear in the instant the field changes; from then on the new
+//   value binds. maxSurge is the deployment's own (a percentage is rounded up against `allowed`).
+//   The figure is the largest excess seen (0 when the bound always held).
+//
+// Machines deleted that were not chosen
+//   A deletion is the write that gives a machine its deletionTimestamp (or deletes it outright).
+//   It is judged against the state just before that write. It was chosen if any of these holds:
+//   1. the machine was Failed (replacing failed machines is the controller's job);
+//   2. its class differs from the deployment's current template class: an old-set machine in a
+//      rollout (a rollout may only delete those);
+//   3. it carried machinepriority.machine.sapcloud.io=1: marked for deletion (what the
+//      cluster-autoscaler's DeleteNodes does, or a user);
+//   4. it was a scale-down: the machines of the current template that were not being deleted
+//      outnumbered spec.replicas at that moment, AND no machine that survived the operation ranked
+//      before it in MCM's deletion order at that moment: lower machinepriority first, then
+//      machines marked for deletion, then by phase (Terminating/creating, Failed,
+//      CrashLoopBackOff, Unknown, Pending, Available, Running). Ties (same rank) are all valid
+//      choices: the order among equals (age, name) is an implementation detail.
+//   Anything else (a current-template, healthy, unmarked machine deleted when there were not too
+//   many, or while a worse-ranked machine was kept) counts as not chosen.
+//
+// Orphan VMs are counted from the live Node list after convergence (see chaos env), not here.
+
+import type { RecordedEvent } from './recorder.js';
+
+export interface AnalysisOptions {
+  namespace: string;
+  deployment: string;
+  /** Figures count only for writes with a revision in (fromRev, toRev]; earlier writes set the state. */
+  fromRev: number;
+  toRev: number;
+}
+
+export interface DeletionVerdict {
+  rev: number;
+  at: number;
+  machine: string;
+  phase: string;
+  class: string;
+  chosen: boolean;
+  why: string;
+}
+
+export interface Analysis {
+  /** Largest number of machines seen beyond allowed replicas + maxSurge (0: the bound always held). */
+  beyondLimit: number;
+  /** When the bound was first broken, for the failure message. */
+  firstBeyond: string | undefined;
+  /** Most machines not being deleted at once. */
+  peakActive: number;
+  /** Machines created in the window. */
+  machinesCreated: number;
+  deletions: DeletionVerdict[];
+  wronglyDeleted: DeletionVerdict[];
+  /** Node objects (VMs) created and deleted in the window. */
+  vmsCreated: number;
+  vmsDeleted: number;
+  /** Writes replayed in the window. */
+  writes: number;
+}
+
+type Obj = Record<string, unknown>;
+
+interface Meta {
+  name?: string;
+  labels?: Record<string, string>;
+  annotations?: Record<string, string>;
+  deletionTimestamp?: string;
+}
+
+const meta = (o: Obj | undefined): Meta => o?.metadata ?? {};
+
+function phase(m: Obj | undefined): string {
+  const status = m?.status as { currentStatus?: { phase?: string } } | undefined;
+  return status?.currentStatus?.phase ?? '';
+}
+
+function machineClass(m: Obj | undefined): string {
+  return (m?.spec as { class?: { name?: string } } | undefined)?.class?.name ?? '';
+}
+
+function deploymentClass(d: Obj | undefined): string {
+  const spec = d?.spec as { template?: { spec?: { class?: { name?: string } } } } | undefined;
+  return spec?.template?.spec?.class?.name ?? '';
+}
+
+function replicasOf(d: Obj | undefined): number {
+  return (d?.spec as { replicas?: number } | undefined)?.replicas ?? 0;
+}
+
+function selectorOf(d: Obj | undefined): Record<string, string> {
+  const spec = d?.spec as { selector?: { matchLabels?: Record<string, string> } } | undefined;
+  return spec?.selector?.matchLabels ?? {};
+}
+
+/** maxSurge of the deployment's RollingUpdate strategy, resolved against `replicas` (default 1). */
+export function resolveSurge(d: Obj | undefined, replicas: number): number {
+  const spec = d?.spec as
+    { strategy?: { type?: string; rollingUpdate?: { maxSurge?: number | string } } } | undefined;
+  if (spec?.strategy?.type === 'Recreate') return 0;
+  const v = spec?.strategy?.rollingUpdate?.maxSurge ?? 1;
+  if (typeof v === 'number') return v;
+  const pct = /^(\d+)%$/.exec(v);
+  if (pct !== null) return Math.ceil((Number(pct[1]) * replicas) / 100);
+  return Number(v);
+}
+
+export function isDeleting(m: Obj | undefined): boolean {
+  return meta(m).deletionTimestamp !== undefined || phase(m) === 'Terminating';
+}
+
+function selects(selector: Record<string, string>, m: Obj): boolean {
+  const labels = meta(m).labels ?? {};
+  const entries = Object.entries(selector);
+  return entries.length > 0 && entries.every(([k, v]) => labels[k] === v);
+}
+
+/** MCM's scale-down ranks (lower goes first), without the tie-breaking among equals. */
+const PHASE_RANK: Record<string, number> = {
+  Terminating: 0,
+  Failed: 1,
+  CrashLoopBackOff: 2,
+  Unknown: 3,
+  Pending: 4,
+  Available: 5,
+  Running: 6,
+};
+
+export function deletionRank(m: Obj): [number, number, number] {
+  const a = meta(m).annotations ?? {};
+  const rawPriority = a['machinepriority.machine.sapcloud.io'];
+  const priority = rawPriority !== undefined && /^-?\d+$/.test(rawPriority.trim()) ? Number(rawPriority) : 3;
+  const marked = a['machine.sapcloud.io/marked-for-deletion-time'] !== undefined ? 0 : 1;
+  return [priority, marked, PHASE_RANK[phase(m)] ?? 0];
+}
+
+function rankBefore(a: [number, number, number], b: [number, number, number]): boolean {
+  for (let i = 0; i < 3; i++) {
+    const x = a[i] ?? 0;
+    const y = b[i] ?? 0;
+    if (x !== y) return x < y;
+  }
+  return false;
+}
+
+/** Replays the timeline (etcd order) and computes the figures of one deployment in one window. */
+export function analyze(timeline: readonly RecordedEvent[], opts: AnalysisOptions): Analysis {
+  const events = [...timeline].sort((a, b) => a.rev - b.rev);
+  const machines = new Map<string, Obj>();
+  const depKey = `${opts.namespace}/${opts.deployment}`;
+  let dep: Obj | undefined;
+  let replicas = 0;
+  let allowed = 0;
+
+  // Machines that are never deleted up to toRev: the survivors a scale-down must rank against.
+  const deletedBy = new Map<string, number>();
+  for (const e of events) {
+    if (e.resource !== 'machines' || e.rev > opts.toRev) continue;
+    const key = `${e.namespace}/${e.name}`;
+    if (deletedBy.has(key)) continue;
+    if (e.type === 'delete' || isDeleting(e.object)) deletedBy.set(key, e.rev);
+  }
+
+  const result: Analysis = {
+    beyondLimit: 0,
+    firstBeyond: undefined,
+    peakActive: 0,
+    machinesCreated: 0,
+    deletions: [],
+    wronglyDeleted: [],
+    vmsCreated: 0,
+    vmsDeleted: 0,
+    writes: 0,
+  };
+
+  const ours = (m: Obj): boolean => dep !== undefined && selects(selectorOf(dep), m);
+
+  for (const e of events) {
+    if (e.rev > opts.toRev) break;
+    const inWindow = e.rev > opts.fromRev;
+    if (inWindow) result.writes++;
+    const key = `${e.namespace}/${e.name}`;
+
+    if (e.resource === 'nodes') {
+      if (inWindow && e.created) result.vmsCreated++;
+      if (inWindow && e.type === 'delete') result.vmsDeleted++;
+      continue;
+    }
+    if (e.resource === 'machinedeployments' && key === depKey) {
+      if (e.type === 'delete') {
+        dep = undefined;
+        continue;
+      }
+      const next = replicasOf(e.object);
+      if (dep === undefined) allowed = next;
+      else if (next !== replicas) allowed = Math.max(allowed, next);
+      replicas = next;
+      dep = e.object;
+    }
+    if (e.resource === 'machines') {
+      const prev = machines.get(key);
+      const nowDeleting = e.type === 'delete' || isDeleting(e.object);
+      const target = e.object ?? prev;
+      if (inWindow && e.created && e.object !== undefined && ours(e.object)) result.machinesCreated++;
+      if (prev !== undefined && !isDeleting(prev) && nowDeleting && target !== undefined && ours(target)) {
+        const verdict = judgeDeletion(key, prev, machines, dep, replicas, deletedBy, ours);
+        if (inWindow) {
+          const v: DeletionVerdict = {
+            rev: e.rev,
+            at: e.at,
+            machine: e.name,
+            phase: phase(prev),
+            class: machineClass(prev),
+            ...verdict,
+          };
+          result.deletions.push(v);
+          if (!v.chosen) result.wronglyDeleted.push(v);
+        }
+      }
+      if (e.type === 'delete') machines.delete(key);
+      else if (e.object !== undefined) machines.set(key, e.object);
+    }
+
+    if (dep === undefined) continue;
+    let active = 0;
+    for (const m of machines.values()) if (ours(m) && !isDeleting(m)) active++;
+    const surge = resolveSurge(dep, Math.max(allowed, replicas));
+    if (active <= replicas + surge) allowed = replicas;
+    if (!inWindow) continue;
+    result.peakActive = Math.max(result.peakActive, active);
+    const excess = active - (allowed + surge);
+    if (excess > result.beyondLimit) {
+      result.beyondLimit = excess;
+      result.firstBeyond ??= `revision ${e.rev} (${new Date(e.at).toISOString()}): ${active} machines, replicas ${replicas} (allowed ${allowed}) + maxSurge ${surge}`;
+    }
+  }
+  return result;
+}
+
+function judgeDeletion(
+  key: string,
+  prev: Obj,
+  machines: Map<string, Obj>,
+  dep: Obj | undefined,
+  replicas: number,
+  deletedBy: Map<string, number>,
+  ours: (m: Obj) => boolean,
+): { chosen: boolean; why: string } {
+  if (phase(prev) === 'Failed') return { chosen: true, why: 'Failed machine replaced' };
+  const current = deploymentClass(dep);
+  if (machineClass(prev) !== current) return { chosen: true, why: `old set (class ${machineClass(prev)})` };
+  if (meta(prev).annotations?.['machinepriority.machine.sapcloud.io']?.trim() === '1') {
+    return { chosen: true, why: 'marked for deletion (machinepriority 1)' };
+  }
+  let currentActive = 0;
+  for (const m of machines.values()) {
+    if (ours(m) && !isDeleting(m) && machineClass(m) === current) currentActive++;
+  }
+  if (currentActive <= replicas) {
+    return {
+      chosen: false,
+      why: `not a scale-down: ${currentActive} machines of the current template for ${replicas} replicas`,
+    };
+  }
+  const rank = deletionRank(prev);
+  for (const [k, m] of machines) {
+    if (k === key || !ours(m) || isDeleting(m) || deletedBy.has(k)) continue;
+    if (rankBefore(deletionRank(m), rank)) {
+      return {
+        chosen: false,
+        why: `${meta(m).name ?? k} (${phase(m) || 'creating'}) ranked before it and was kept`,
+      };
+    }
+  }
+  return { chosen: true, why: `scale-down (${currentActive} for ${replicas} replicas)` };
+}

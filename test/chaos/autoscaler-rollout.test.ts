@@ -1,0 +1,210 @@
+// Scenario 6: the real cluster-autoscaler scales a MachineDeployment while it rolls out. Pending
+// pods (one per node) make the autoscaler grow the group through our externalgrpc server (mTLS)
+// in the middle of a class change; afterwards fewer pods make it delete the idle nodes. Machines
+// must never exceed replicas + maxSurge (with replicas changed by the autoscaler under the
+// rollout), the autoscaler's DeleteNodes must remove exactly the machines it named, and the
+// rollout may only delete old-set machines. kube-scheduler and kwok run the pods.
+
+import { mkdtempSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+
+import { expect } from 'chai';
+
+import { MachineDeploymentResource } from '../../lib/api/types.js';
+import { GroupAnnotation } from '../../lib/autoscaler/groups.js';
+import type { KubeObject, Pod } from '../../lib/kube/types.js';
+import { skipUnlessAutoscaler, startAutoscaler, type Autoscaler } from '../harness/autoscaler.js';
+import { createMtlsBundle, writeMtlsBundle } from '../harness/certs.js';
+import { freePort } from '../harness/process.js';
+import { autoscalerUnavailableReason, newestAutoscalerVersion } from '../harness/tools.js';
+import { NS, nodeTemplate } from '../integration/env/lifecycle.js';
+import { until } from '../integration/env/until.js';
+import { ChaosEnv, expectClean, size } from './env.js';
+import { recordSkipped } from './results.js';
+
+const Deployments = {
+  group: 'apps',
+  version: 'v1',
+  plural: 'deployments',
+  kind: 'Deployment',
+  namespaced: true,
+} as const;
+const Pods = { group: '', version: 'v1', plural: 'pods', kind: 'Pod', namespaced: true } as const;
+
+/** Pods that each need a node of their own (1.5 of 2 CPUs) in pool `pool`. */
+function podDeployment(name: string, pool: string, replicas: number): KubeObject & { spec: unknown } {
+  return {
+    apiVersion: 'apps/v1',
+    kind: 'Deployment',
+    metadata: { name, namespace: NS },
+    spec: {
+      replicas,
+      selector: { matchLabels: { app: name } },
+      template: {
+        metadata: { labels: { app: name } },
+        spec: {
+          terminationGracePeriodSeconds: 0,
+          nodeSelector: { pool },
+          containers: [
+            { name: 'app', image: 'registry.invalid/app:1', resources: { requests: { cpu: '1500m' } } },
+          ],
+        },
+      },
+    },
+  };
+}
+
+const version = newestAutoscalerVersion();
+
+describe(`chaos 6: cluster-autoscaler ${version} scaling during a rollout`, function () {
+  this.timeout(900_000);
+  let env: ChaosEnv | undefined;
+  let ca: Autoscaler | undefined;
+  const initial = 3;
+  const peakPods = size(7, 5);
+  const finalPods = 2;
+
+  before(async function () {
+    const reason = autoscalerUnavailableReason(version);
+    if (reason !== undefined) {
+      recordSkipped('6a', 'cluster-autoscaler scale-up during a rollout', reason);
+      recordSkipped('6b', 'cluster-autoscaler scale-down after the rollout', reason);
+    }
+    skipUnlessAutoscaler(this, version);
+    const tls = writeMtlsBundle(mkdtempSync(path.join(os.tmpdir(), 'mcm-chaos-tls-')), createMtlsBundle());
+    const grpcPorts = [await freePort(), await freePort()];
+    env = await ChaosEnv.start({
+      controlPlane: { scheduler: true, controllerManager: true, kwok: true },
+      managerFlags: [
+        `--grpc-tls-cert-file=${tls.serverCertFile}`,
+        `--grpc-tls-key-file=${tls.serverKeyFile}`,
+        `--grpc-client-ca-file=${tls.caFile}`,
+        '--machine-drain-timeout=30s',
+      ],
+      replicaFlags: (i) => Promise.resolve([`--grpc-address=127.0.0.1:${grpcPorts[i] ?? 0}`]),
+    });
+    const e = env;
+    for (const [name, spec] of [
+      ['v1', {}],
+      // New machines take a few seconds to boot, so that the rollout lasts while the autoscaler acts.
+      ['v2', { bootDelay: '4s' }],
+    ] as const) {
+      await e.lc.createClass(name, spec, {
+        nodeTemplate: nodeTemplate({ capacity: { cpu: '2', memory: '4Gi', pods: '20' }, zone: 'chaos-a' }),
+      });
+    }
+    await e.lc.createDeployment(
+      's6',
+      initial,
+      'v1',
+      { strategy: { type: 'RollingUpdate', rollingUpdate: { maxSurge: 1, maxUnavailable: 0 } } },
+      { nodeTemplate: { metadata: { labels: { pool: 's6' } } } },
+    );
+    await e.client.patch(
+      MachineDeploymentResource,
+      's6',
+      { metadata: { annotations: { [GroupAnnotation.MinSize]: '1', [GroupAnnotation.MaxSize]: '12' } } },
+      { type: 'merge', namespace: NS },
+    );
+    await e.client.create(Deployments, podDeployment('s6-pods', 's6', initial));
+    await e.waitConverged('s6', 120_000);
+    await until('pods running', async () => (await running()) === initial, 120_000);
+    // Replica a serves the autoscaler; replica b may be the leader: any replica answers.
+    ca = await startAutoscaler({
+      version,
+      controlPlane: e.lc.cp,
+      address: `127.0.0.1:${grpcPorts[0] ?? 0}`,
+      tls: { certFile: tls.clientCertFile, keyFile: tls.clientKeyFile, caFile: tls.caFile },
+      grpcTimeout: '10s',
+    });
+  });
+
+  after(async () => {
+    await ca?.stop();
+    await env?.stop();
+  });
+
+  async function pods(): Promise<Pod[]> {
+    if (env === undefined) return [];
+    return (await env.client.list<Pod>(Pods, { namespace: NS, labelSelector: 'app=s6-pods' })).items.filter(
+      (p) => p.metadata.deletionTimestamp === undefined,
+    );
+  }
+
+  async function running(): Promise<number> {
+    return (await pods()).filter((p) => p.spec?.nodeName !== undefined && p.status?.phase === 'Running')
+      .length;
+  }
+
+  async function scalePods(n: number): Promise<void> {
+    await env?.client.patch(
+      Deployments,
+      's6-pods',
+      { spec: { replicas: n } },
+      { type: 'merge', namespace: NS },
+    );
+  }
+
+  const replicasOf = (e: ChaosEnv): number =>
+    (e.recorder.live.machinedeployments.get(`${NS}/s6`)?.object?.spec as { replicas?: number } | undefined)
+      ?.replicas ?? 0;
+
+  it('scales up in the middle of a rollout, and the rollout completes', async () => {
+    if (env === undefined) throw new Error('no environment');
+    const e = env;
+    const m = await e.measure({
+      id: '6a',
+      title: `cluster-autoscaler scale-up (pods ${initial}→${peakPods}) during a rollout of ${initial} (maxSurge 1)`,
+      deployment: 's6',
+      start: async () => {
+        await e.changeClass('s6', 'v2');
+        await scalePods(peakPods);
+      },
+      during: async () => {
+        // The point of the scenario: the autoscaler grows the group while old machines remain.
+        await until(
+          'the autoscaler grows the deployment while old-class machines remain',
+          () => replicasOf(e) > initial && e.counts('s6', 'v1').active > 0,
+          120_000,
+        );
+        return `autoscaler raised replicas to ${replicasOf(e)} with ${e.counts('s6', 'v1').active} old machines left`;
+      },
+      alsoWaitFor: async () => {
+        await until(`${peakPods} pods running`, async () => (await running()) === peakPods, 240_000);
+        return `${peakPods} pods running on ${replicasOf(e)} machines`;
+      },
+      timeoutMs: 420_000,
+    });
+    expectClean(m);
+  });
+
+  it('scales down the idle nodes after the rollout, deleting exactly the machines it chose', async () => {
+    if (env === undefined) throw new Error('no environment');
+    const e = env;
+    const m = await e.measure({
+      id: '6b',
+      title: `cluster-autoscaler scale-down (pods ${peakPods}→${finalPods}) after the rollout`,
+      deployment: 's6',
+      start: () => scalePods(finalPods),
+      during: async () => {
+        await until(
+          'the autoscaler shrinks the deployment to the busy nodes',
+          () => replicasOf(e) === finalPods,
+          300_000,
+        );
+        return undefined;
+      },
+      alsoWaitFor: async () => {
+        await until(`${finalPods} pods running`, async () => (await running()) === finalPods, 120_000);
+        return undefined;
+      },
+      timeoutMs: 420_000,
+    });
+    expectClean(m);
+    const marked = m.analysis.deletions.filter((d) => d.why.startsWith('marked'));
+    expect(marked.length, 'the autoscaler chose the machines that were deleted').to.equal(
+      m.analysis.deletions.length,
+    );
+  });
+});
