@@ -6,7 +6,6 @@ import {
   Label,
   LabelValue,
   MachineDeploymentConditionType,
-  NodeConditionType,
   StrategyType,
 } from '../../api/constants.js';
 import {
@@ -31,7 +30,7 @@ import { controllerRefOf, isAvailable, isFailed, isTerminating, phaseOf } from '
 import { addFinalizer, cachedController, removeFinalizer, selectingOwners } from '../ownership.js';
 import { processTriggerDeletion, propagateScalerTime } from './autoscaler.js';
 import { claimMachineSets } from './claim.js';
-import { rolloutInPlace } from './inplace.js';
+import { inPlaceReason, rolloutInPlace } from './inplace.js';
 import { findNewMachineSet } from './newset.js';
 import {
   deploymentTypeMeta,
@@ -59,9 +58,6 @@ type CachedMachineSet = DeepReadonly<MachineSet>;
 type CachedMachine = DeepReadonly<Machine>;
 type CachedNode = DeepReadonly<Node>;
 
-const inPlaceReasonOf = (conditions: readonly { type: string; reason?: string }[] | undefined) =>
-  conditions?.find((c) => c.type === NodeConditionType.InPlaceUpdate)?.reason;
-
 /**
  * What a MachineDeployment pass reads from one machine: its set (controller reference), whether it
  * is going, available or failed (set sizes, rollout steps, the autoscaler protocol), its node
@@ -79,7 +75,7 @@ function deploymentView(m: CachedMachine): string {
     phaseOf(m),
     m.metadata.labels?.[Label.Node],
     m.metadata.labels?.[Label.UpdateResult],
-    inPlaceReasonOf(m.status?.conditions),
+    inPlaceReason(m.status?.conditions),
     m.status?.currentStatus?.preserveExpiryTime,
     annotations[Annotation.MachinePriority],
     annotations[Annotation.MarkedForDeletionTime],
@@ -93,7 +89,7 @@ function inPlaceNodeView(n: CachedNode): string {
     labels[Label.CandidateForUpdate],
     labels[Label.SelectedForUpdate],
     labels[Label.UpdateResult],
-    inPlaceReasonOf(n.status?.conditions),
+    inPlaceReason(n.status?.conditions),
   ]);
 }
 

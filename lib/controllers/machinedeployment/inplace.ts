@@ -55,7 +55,8 @@ import { replicasOf, rolloutBounds } from './sets.js';
 type CachedMachine = DeepReadonly<Machine>;
 type CachedNode = DeepReadonly<Node>;
 
-function inPlaceReason(
+/** Reason of the InPlaceUpdate condition among a node's (or a machine's mirrored) conditions. */
+export function inPlaceReason(
   conditions: readonly { type: string; reason?: string }[] | undefined,
 ): string | undefined {
   return conditions?.find((c) => c.type === NodeConditionType.InPlaceUpdate)?.reason;
