@@ -255,9 +255,11 @@ describe('in-place update of a machine (real kube-apiserver, kube-controller-man
         (c) => c.type === 'Ready',
       );
       expect(ready?.status).to.equal('True');
-      expect(after.status?.conditions?.find((c) => c.type === 'InPlaceUpdate')?.reason).to.equal(
-        'UpdateSuccessful',
-      );
+      // The machine mirrors the node's condition on a later pass than the one that made it Running.
+      await until('the machine mirrors the UpdateSuccessful condition', async () => {
+        const m = await getMachine(env, 'ip-ok');
+        return m.status?.conditions?.find((c) => c.type === 'InPlaceUpdate')?.reason === 'UpdateSuccessful';
+      });
     } finally {
       await history.stop();
     }
