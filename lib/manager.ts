@@ -137,9 +137,10 @@ export class Manager {
         : config.targetKubeconfig === ''
           ? control
           : loadKubeConfig(config.targetKubeconfig);
-    if (targetConfig === undefined) this.target = undefined;
-    else if (targetConfig === control) this.target = this.client;
-    else this.target = new KubeClient({ kubeConfig: targetConfig, ...clientOpts });
+    // The target cluster gets a client of its own even when it is the control cluster: as with
+    // gardener MCM's control and target clientsets, each has its own --kube-api-qps budget.
+    this.target =
+      targetConfig === undefined ? undefined : new KubeClient({ kubeConfig: targetConfig, ...clientOpts });
     this.providers = deps.providers ?? defaultProviders();
     const cloudClient = (kubeConfig: KubeConfigSource, side: string): KubeClient => {
       const c = new KubeClient({
@@ -385,6 +386,7 @@ export class Manager {
         overshootingPeriodMs: this.config.machineSafetyOvershootingPeriodMs,
         autoscalerScaleDownAnnotationDuringRollout: this.config.autoscalerScaleDownAnnotationDuringRollout,
         burstReplicas: 100,
+        finalizeNewMachines: this.config.controllers.includes('machine'),
       },
     };
     const workers = this.config.concurrentSyncs;
@@ -449,7 +451,7 @@ export class Manager {
     await Promise.all(this.recorders.map((r) => r.stop()));
     await this.server.close();
     this.client.close();
-    if (this.target !== undefined && this.target !== this.client) this.target.close();
+    this.target?.close();
     for (const c of this.cloudClients) c.close();
   }
 }

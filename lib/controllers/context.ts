@@ -212,6 +212,12 @@ export interface ControllerSettings {
   autoscalerScaleDownAnnotationDuringRollout: boolean;
   /** Machines created or deleted by one MachineSet sync at most (MCM's burst of 100). */
   burstReplicas: number;
+  /**
+   * Whether the MachineSet controller creates machines with the machine finalizer already set (the
+   * machine controller runs in this process, or another one honours the finalizer): it saves the
+   * machine controller a write per machine. Off when nothing would remove the finalizer.
+   */
+  finalizeNewMachines: boolean;
 }
 
 export const defaultControllerSettings: ControllerSettings = {
@@ -220,6 +226,7 @@ export const defaultControllerSettings: ControllerSettings = {
   overshootingPeriodMs: 60_000,
   autoscalerScaleDownAnnotationDuringRollout: true,
   burstReplicas: 100,
+  finalizeNewMachines: false,
 };
 
 /** Everything a controller needs, injected by the manager (or a test). */

@@ -88,9 +88,12 @@ export interface WatchEvent<T> {
 
 export interface KubeClientOptions {
   kubeConfig: KubeConfigSource;
-  /** Sustained requests per second (--kube-api-qps). */
+  /**
+   * Sustained requests per second (--kube-api-qps). Like client-go clientsets in gardener MCM, the
+   * machine.sapcloud.io API and the other APIs each get a token bucket of this size.
+   */
   qps?: number;
-  /** Requests allowed in a burst (--kube-api-burst). */
+  /** Requests allowed in a burst (--kube-api-burst), per bucket. */
   burst?: number;
   registry?: Registry;
   userAgent?: string;
@@ -141,6 +144,12 @@ interface RawResponse {
   headers: http.IncomingHttpHeaders;
   body: string;
 }
+
+/**
+ * Requests under this path (the machine.sapcloud.io API group; lib/kube does not import lib/api)
+ * take the machine API's token bucket.
+ */
+const MACHINE_API_PREFIX = '/apis/machine.sapcloud.io/';
 
 interface RequestSpec {
   method: string;
@@ -277,7 +286,10 @@ export interface KubeApi {
 export class KubeClient implements KubeApi {
   private readonly server: URL;
   private readonly agent: https.Agent | http.Agent;
-  private readonly bucket: TokenBucket;
+  /** Token bucket of the machine.sapcloud.io API. */
+  private readonly machineBucket: TokenBucket;
+  /** Token bucket of every other API (core, coordination, policy, storage …). */
+  private readonly coreBucket: TokenBucket;
   private readonly metrics: ClientMetrics | undefined;
   private readonly clock: Clock;
   private readonly userAgent: string;
@@ -291,7 +303,8 @@ export class KubeClient implements KubeApi {
     if (cluster === null) throw new Error('kubeconfig has no current cluster');
     this.server = new URL(cluster.server);
     this.clock = opts.clock ?? new RealClock();
-    this.bucket = new TokenBucket(opts.qps ?? 20, opts.burst ?? 30, this.clock);
+    this.machineBucket = new TokenBucket(opts.qps ?? 20, opts.burst ?? 30, this.clock);
+    this.coreBucket = new TokenBucket(opts.qps ?? 20, opts.burst ?? 30, this.clock);
     this.metrics = clientMetrics(opts.registry);
     this.userAgent = opts.userAgent ?? 'machine-controller-manager-ts';
     this.requestTimeoutMs = opts.requestTimeoutMs ?? 60_000;
@@ -346,7 +359,8 @@ export class KubeClient implements KubeApi {
     if (spec.signal?.aborted === true) {
       throw new AbortedError(`${spec.method} ${spec.path}: aborted`, 0, 'Aborted');
     }
-    await this.bucket.take(spec.signal);
+    const bucket = spec.path.startsWith(MACHINE_API_PREFIX) ? this.machineBucket : this.coreBucket;
+    await bucket.take(spec.signal);
     const agent = await this.getAgent();
     const headers: Record<string, string> = {
       Accept: 'application/json',

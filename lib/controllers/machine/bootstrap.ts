@@ -73,11 +73,8 @@ export async function ensureBootstrapToken(
   const id = bootstrapTokenId(machineName);
   const name = bootstrapTokenSecretName(machineName);
   const tokenOf = (s: Secret): string => `${id}.${unb64(s.data?.['token-secret'])}`;
-  try {
-    return tokenOf(await target.get<Secret>(CoreResources.secrets, name, BOOTSTRAP_NAMESPACE));
-  } catch (err) {
-    if (!isNotFound(err)) throw err;
-  }
+  // Create first: the token usually does not exist yet, and AlreadyExists (a retried creation)
+  // costs the same one extra request as a GET up front would every time.
   const data: Record<string, string> = {
     description: b64(`bootstrap token of machine ${machineName}`),
     'token-id': b64(id),

@@ -1,5 +1,4 @@
-import { EventSource, Finalizer, Label, MachinePhase, Annotation } from '../../api/constants.js';
-import { formatGoDuration } from '../../api/duration.js';
+import { EventSource, Finalizer, Label, MachinePhase } from '../../api/constants.js';
 import { MachineResource, type Machine } from '../../api/types.js';
 import { Drainer } from '../../drain/drain.js';
 import { DrainMetrics } from '../../drain/metrics.js';
@@ -33,7 +32,7 @@ import { reconcilePreservation } from './preservation.js';
 import { rfc3339 } from '../conditions.js';
 import { resolveMachineClass } from './resolve.js';
 import type { MachineControllerSettings } from './settings.js';
-import { DeletionStep, patchMachine, patchMachineStatus, type StatusChange } from './status.js';
+import { DeletionStep, patchMachineStatus, type StatusChange } from './status.js';
 
 type CachedMachine = DeepReadonly<Machine>;
 type CachedNode = DeepReadonly<Node>;
@@ -406,12 +405,11 @@ export class MachineController {
     switch (reason) {
       case 'joined': {
         log.info('machine joined the cluster', { node: m.metadata.labels?.[Label.Node], joinDurationMs });
-        if (joinDurationMs !== undefined) {
-          d.metrics.observe('join', m, joinDurationMs / 1000);
-          await patchMachine(d.client, m, {
-            annotations: { [Annotation.MachineJoinDuration]: formatGoDuration(joinDurationMs) },
-          });
-        }
+        // The join duration goes to the metric and the Running lastOperation's description, not to
+        // the machine-join-duration annotation: that would cost one more write per machine, and
+        // gardener MCM's annotation never reaches the API server either (it is set on the object
+        // passed to UpdateStatus, which keeps only the status).
+        if (joinDurationMs !== undefined) d.metrics.observe('join', m, joinDurationMs / 1000);
         await this.deleteBootstrapTokenIfUsed(m);
         return;
       }

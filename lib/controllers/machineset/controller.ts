@@ -426,7 +426,10 @@ export class MachineSetController {
     };
     if (tmpl.metadata?.labels !== undefined) metadata.labels = { ...tmpl.metadata.labels };
     if (Object.keys(annotations).length > 0) metadata.annotations = annotations;
-    if (tmpl.metadata?.finalizers !== undefined) metadata.finalizers = [...tmpl.metadata.finalizers];
+    const finalizers = [...(tmpl.metadata?.finalizers ?? [])];
+    if (this.ctx.settings.finalizeNewMachines && !finalizers.includes(Finalizer.MachineControllerManager))
+      finalizers.push(Finalizer.MachineControllerManager);
+    if (finalizers.length > 0) metadata.finalizers = finalizers;
     return { apiVersion: API_VERSION, kind: MachineResource.kind, metadata, spec };
   }
 }

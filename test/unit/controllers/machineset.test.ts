@@ -217,6 +217,25 @@ describe('MachineSetController.reconcile', () => {
     expect(env.recorder.reasons().filter((r) => r === 'SuccessfulCreate')).to.have.length(3);
   });
 
+  it('creates machines without the machine finalizer unless the machine controller runs beside it', async () => {
+    const ms = machineSet('ms', 1);
+    await setup(ms);
+    await controller.reconcile(`${NS}/ms`, ctxFor);
+    expect(owned('ms')[0]?.metadata.finalizers).to.equal(undefined);
+  });
+
+  it('creates machines with the machine finalizer when the machine controller runs beside it', async () => {
+    await env.stop();
+    env = new ControllerTestEnv({ finalizeNewMachines: true });
+    const ms = machineSet('ms', 2);
+    await setup(ms);
+    await controller.reconcile(`${NS}/ms`, ctxFor);
+    const machines = owned('ms');
+    expect(machines).to.have.length(2);
+    for (const m of machines)
+      expect(m.metadata.finalizers).to.deep.equal(['machine.sapcloud.io/machine-controller-manager']);
+  });
+
   it('does not create a second round while its own creations are not yet in the cache', async () => {
     const ms = machineSet('ms', 3);
     ms.metadata.finalizers = ['machine.sapcloud.io/machine-controller-manager'];

@@ -14,6 +14,7 @@ import {
   WatchStalledError,
 } from '../../../lib/kube/errors.js';
 import { CoreResources } from '../../../lib/kube/resources.js';
+import { MachineResource } from '../../../lib/api/types.js';
 import { CapturingLogger } from '../../../lib/observability/logger.js';
 import { newRegistry } from '../../../lib/observability/metrics.js';
 import { eventually } from '../helpers/eventually.js';
@@ -184,6 +185,24 @@ describe('KubeClient (against a stub HTTP server)', () => {
     await clock.advance(1000);
     await all;
     expect(server.seen).to.have.length(3);
+  });
+
+  it('gives the machine.sapcloud.io API and the other APIs a token bucket each, like client-go clientsets', async () => {
+    client = new KubeClient({ kubeConfig: kubeConfig(server.port), clock, qps: 1, burst: 1 });
+    server.handler = (_r, res) => {
+      json(res, 200, { metadata: {} });
+    };
+    const machines = Promise.all([0, 1].map(() => client.get(MachineResource, 'm', 'default')));
+    const nodes = Promise.all([0, 1].map(() => client.get(CoreResources.nodes, 'n')));
+    await eventually(() => server.seen.length === 2, 'one request from each bucket');
+    for (let i = 0; i < 50; i++) await new Promise<void>((r) => setImmediate(r));
+    expect(server.seen.map((s) => s.url).sort()).to.deep.equal([
+      '/api/v1/nodes/n',
+      '/apis/machine.sapcloud.io/v1alpha1/namespaces/default/machines/m',
+    ]);
+    await clock.advance(1000);
+    await Promise.all([machines, nodes]);
+    expect(server.seen).to.have.length(4);
   });
 
   it('sends patches with the content type of the patch strategy and deletes with preconditions', async () => {
