@@ -27,6 +27,7 @@ import { startControlPlane } from '../harness/controlplane.js';
 import { cloudProviderClient } from '../harness/grpcclient.js';
 import { autoscalerUnavailableReason, newestAutoscalerVersion } from '../harness/tools.js';
 import { printTable } from './table.js';
+import type { Registry } from 'prom-client';
 
 const NS = 'default';
 
@@ -54,6 +55,21 @@ async function timed(n: number, call: (i: number) => Promise<unknown>): Promise<
     out.push(Number(process.hrtime.bigint() - t) / 1e6);
   }
   return out.sort((a, b) => a - b);
+}
+
+/** Calls served so far and seconds spent in the server, by method (from the server's metrics). */
+async function servedCalls(registry: Registry): Promise<Map<string, { count: number; sum: number }>> {
+  const metric = await registry.getSingleMetric('mcm_autoscaler_grpc_request_duration_seconds')?.get();
+  const out = new Map<string, { count: number; sum: number }>();
+  for (const v of metric?.values ?? []) {
+    const method = String(v.labels.method);
+    const e = out.get(method) ?? { count: 0, sum: 0 };
+    const name = (v as { metricName?: string }).metricName ?? '';
+    if (name.endsWith('_count')) e.count += v.value;
+    else if (name.endsWith('_sum')) e.sum += v.value;
+    out.set(method, e);
+  }
+  return out;
 }
 
 export async function benchAutoscaler(): Promise<void> {
@@ -225,6 +241,7 @@ export async function benchAutoscaler(): Promise<void> {
       console.log(`cluster-autoscaler loop time not measured: ${why}`);
       return;
     }
+    const before = await servedCalls(registry);
     const autoscaler = await startAutoscaler({
       version,
       controlPlane: cp,
@@ -256,6 +273,25 @@ export async function benchAutoscaler(): Promise<void> {
         `cluster-autoscaler ${version} main loop against our server (${total} nodes, ${groups} groups)`,
         ['loops', 'mean loop (ms)'],
         [[m.count, m.count === 0 ? 0 : (m.sum / m.count) * 1000]],
+      );
+      // Where the loop's calls go: our server's own per-method counters over the same loops.
+      const after = await servedCalls(registry);
+      const calls = [...after.entries()]
+        .map(([method, e]): [string, { count: number; sum: number }] => {
+          const b = before.get(method) ?? { count: 0, sum: 0 };
+          return [method, { count: e.count - b.count, sum: e.sum - b.sum }];
+        })
+        .filter(([, e]) => e.count > 0)
+        .sort((a, b) => b[1].count - a[1].count);
+      printTable(
+        `calls our server answered during those loops (time spent in the server, gRPC transport excluded)`,
+        ['method', 'calls', 'calls/loop', 'server ms/call'],
+        calls.map(([method, e]) => [
+          method,
+          e.count,
+          m.count === 0 ? 0 : e.count / m.count,
+          e.count === 0 ? 0 : (e.sum / e.count) * 1000,
+        ]),
       );
     } finally {
       await autoscaler.stop();

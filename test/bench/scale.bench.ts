@@ -75,6 +75,11 @@ interface Figures {
   upCpuMsPerMachine: number;
   /** CPU seconds of the whole run, start-up and scale-down included. */
   cpuSeconds: number;
+  /** Rolling update of all N machines to a second class; NaN when not run for this N. */
+  rolloutSeconds: number;
+  /** Most machines not being deleted at any watch event of the rollout, minus replicas + maxSurge. */
+  rolloutBeyondLimit: number;
+  rolloutRequestsPerMachine: number;
   /** Requests per machine during 0 → N by verb and resource, largest first. */
   upBreakdown: [string, number][];
   /** The same by client (user agent without version). */
@@ -296,6 +301,14 @@ async function installAnchorCRDs(cp: ControlPlane): Promise<void> {
 // One run: 0 → N → 0 on a fresh control plane
 // ------------------------------------------------------------------------------------------------
 
+/** The class a rolling update moves every machine to. */
+const ROLLOUT_CLASS = 'bench-b';
+/**
+ * The rolling update's strategy: gardener's sample (maxSurge 1, maxUnavailable 1, minReadySeconds
+ * 500) would take hours for 1,000 machines, so the rollout uses a common production shape instead.
+ */
+const ROLLOUT_MAX_SURGE_PERCENT = 10;
+
 const USER_DATA = '#!/bin/bash\n# join the cluster with <<BOOTSTRAP_TOKEN>> as <<MACHINE_NAME>>\n';
 
 /** gardener's sample MachineDeployment (kubernetes/machine_objects), on a class of the virtual cloud. */
@@ -310,6 +323,14 @@ async function createObjects(client: KubeClient): Promise<void> {
     apiVersion: API_VERSION,
     kind: 'MachineClass',
     metadata: { name: 'bench', namespace: NAMESPACE },
+    provider: 'virtual',
+    providerSpec: {},
+    secretRef: { name: 'bench-userdata', namespace: NAMESPACE },
+  });
+  await client.create(MachineClassResource, {
+    apiVersion: API_VERSION,
+    kind: 'MachineClass',
+    metadata: { name: ROLLOUT_CLASS, namespace: NAMESPACE },
     provider: 'virtual',
     providerSpec: {},
     secretRef: { name: 'bench-userdata', namespace: NAMESPACE },
@@ -351,7 +372,85 @@ function usage(procs: ManagedProcess[]): { peakRssMiB: number; cpuSeconds: numbe
   return { peakRssMiB, cpuSeconds };
 }
 
-async function run(impl: Impl, n: number, s: Setting, auditDir: string): Promise<Figures> {
+/**
+ * Rolls all n machines over to ROLLOUT_CLASS (maxSurge 10 %, maxUnavailable 0, minReadySeconds 0)
+ * and waits until the deployment is complete: n machines, all Running on the new class, status
+ * updated and available n. The peak is taken at every watch event of the machines.
+ */
+async function rollingUpdate(
+  client: KubeClient,
+  machines: Informer<Machine>,
+  audit: AuditTail,
+  n: number,
+): Promise<{ seconds: number; beyondLimit: number; requestsPerMachine: number }> {
+  const maxSurge = Math.ceil((n * ROLLOUT_MAX_SURGE_PERCENT) / 100);
+  let peak = 0;
+  const count = (): void => {
+    let live = 0;
+    for (const m of machines.list()) if (m.metadata.deletionTimestamp === undefined) live++;
+    peak = Math.max(peak, live);
+  };
+  machines.addHandler({ onAdd: count, onUpdate: count, onDelete: count });
+  const t0 = Date.now();
+  await client.patch(
+    MachineDeploymentResource,
+    'bench',
+    {
+      spec: {
+        minReadySeconds: 0,
+        strategy: {
+          type: 'RollingUpdate',
+          rollingUpdate: { maxSurge: `${ROLLOUT_MAX_SURGE_PERCENT}%`, maxUnavailable: 0 },
+        },
+        template: { spec: { class: { kind: 'MachineClass', name: ROLLOUT_CLASS } } },
+      },
+    },
+    { type: 'merge', namespace: NAMESPACE },
+  );
+  let md: MachineDeployment | undefined;
+  const complete = (): boolean => {
+    const all = machines.list();
+    return (
+      all.length === n &&
+      all.every(
+        (m) =>
+          m.spec?.class?.name === ROLLOUT_CLASS &&
+          m.metadata.deletionTimestamp === undefined &&
+          m.status?.currentStatus?.phase === 'Running',
+      )
+    );
+  };
+  for (const deadline = Date.now() + 3_600_000; ;) {
+    if (complete()) {
+      md = await client.get<MachineDeployment>(MachineDeploymentResource, 'bench', NAMESPACE);
+      const st = md.status;
+      if (
+        (st?.observedGeneration ?? 0) >= (md.metadata.generation ?? 1) &&
+        st?.updatedReplicas === n &&
+        st.availableReplicas === n &&
+        st.replicas === n
+      )
+        break;
+    }
+    if (Date.now() > deadline) throw new Error(`timed out waiting for the rolling update of ${n} machines`);
+    await sleep(200);
+  }
+  const t1 = Date.now();
+  const done = await audit.quiet(t0);
+  return {
+    seconds: (t1 - t0) / 1000,
+    beyondLimit: Math.max(0, peak - (n + maxSurge)),
+    requestsPerMachine: audit.within(t0, done).length / n,
+  };
+}
+
+async function run(
+  impl: Impl,
+  n: number,
+  s: Setting,
+  auditDir: string,
+  rollouts: number[],
+): Promise<Figures> {
   const auditLog = path.join(auditDir, `${impl}-${n}-${s.qps}.audit.log`);
   const policy = path.join(auditDir, 'policy.yaml');
   writeFileSync(policy, AUDIT_POLICY);
@@ -413,6 +512,8 @@ async function run(impl: Impl, n: number, s: Setting, auditDir: string): Promise
     const tRestEnd = Date.now();
     audit.poll();
 
+    const rollout = rollouts.includes(n) ? await rollingUpdate(client, machines, audit, n) : undefined;
+
     const t1 = Date.now();
     await client.scale(MachineDeploymentResource, 'bench', NAMESPACE, 0);
     const vms = (): number =>
@@ -433,6 +534,9 @@ async function run(impl: Impl, n: number, s: Setting, auditDir: string): Promise
       downRequestsPerMachine: audit.within(t1, downDone).length / n,
       peakRssMiB: end.peakRssMiB,
       cpuSeconds: end.cpuSeconds,
+      rolloutSeconds: rollout?.seconds ?? NaN,
+      rolloutBeyondLimit: rollout?.beyondLimit ?? NaN,
+      rolloutRequestsPerMachine: rollout?.requestsPerMachine ?? NaN,
       upBreakdown: breakdown(up, n, (r) => `${r.verb} ${r.resource}`),
       upClients: breakdown(up, n, (r) => r.client),
     };
@@ -458,6 +562,12 @@ const FIGURES: [keyof Omit<Figures, 'upBreakdown' | 'upClients'>, string][] = [
   ['restRequestsPerSecond', `API requests/s at rest (${AT_REST_SECONDS} s)`],
   ['downSeconds', 'N→0, no VM left (s)'],
   ['downRequestsPerMachine', 'API requests/machine, N→0'],
+  [
+    'rolloutSeconds',
+    `rolling update of all N (maxSurge ${ROLLOUT_MAX_SURGE_PERCENT} %, maxUnavailable 0) (s)`,
+  ],
+  ['rolloutBeyondLimit', 'machines beyond replicas + maxSurge during the rollout'],
+  ['rolloutRequestsPerMachine', 'API requests/machine, rolling update'],
   ['peakRssMiB', 'peak RSS (MiB)'],
   ['cpuSeconds', 'CPU s, whole run'],
 ];
@@ -484,6 +594,7 @@ function rowsOf(results: Result[]): string[][] {
   const rows: string[][] = [];
   for (const r of results) {
     for (const [key, label] of FIGURES) {
+      if (Number.isNaN(r.ours[key]) && Number.isNaN(r.anchor[key])) continue;
       rows.push([
         `${r.n} @ ${r.setting.qps}/${r.setting.burst}`,
         label,
@@ -592,6 +703,7 @@ export async function benchScale(): Promise<void> {
     return n;
   });
   const settings = parseList(process.env.MCM_BENCH_SCALE_QPS, '20/30,200/400', parseSetting);
+  const rollouts = parseList(process.env.MCM_BENCH_SCALE_ROLLOUT, '1000', (s) => Number(s));
   ensureAnchor();
   const anchorVersion = readToolVersions().MCM_ANCHOR_VERSION;
   const auditDir = mkdtempSync(path.join(os.tmpdir(), 'mcm-scale-'));
@@ -602,7 +714,7 @@ export async function benchScale(): Promise<void> {
         const figures: Partial<Record<Impl, Figures>> = {};
         for (const impl of ['ours', 'anchor'] as const) {
           console.log(`scale: ${impl}, ${n} machines @ ${setting.qps}/${setting.burst} …`);
-          figures[impl] = await run(impl, n, setting, auditDir);
+          figures[impl] = await run(impl, n, setting, auditDir, rollouts);
         }
         if (figures.ours === undefined || figures.anchor === undefined) throw new Error('unreachable');
         results.push({ n, setting, ours: figures.ours, anchor: figures.anchor });
@@ -622,6 +734,7 @@ export async function benchScale(): Promise<void> {
   writeFileSync(file, markdown(results, anchorVersion));
   console.log(`\nWritten to ${path.relative(process.cwd(), file)}.`);
   console.log(
-    'Set MCM_BENCH_SCALE_N (e.g. 100,1000,5000) and MCM_BENCH_SCALE_QPS (e.g. 20/30,200/400) to change the runs.',
+    'Set MCM_BENCH_SCALE_N (e.g. 100,1000,5000), MCM_BENCH_SCALE_QPS (e.g. 20/30,200/400) and ' +
+      'MCM_BENCH_SCALE_ROLLOUT (the sizes that also get a rolling update; default 1000) to change the runs.',
   );
 }
