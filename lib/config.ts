@@ -181,11 +181,11 @@ const flags: Record<string, { help: string; set: Setter; boolean?: true }> = {
     set: (c, v) => (c.minResyncPeriodMs = parseDuration(v)),
   },
   'kube-api-qps': {
-    help: 'sustained requests per second to the API server',
+    help: 'sustained requests per second per client (machine API, other control-cluster APIs, target cluster)',
     set: (c, v, n) => (c.kubeApiQps = parseNumber(n, v, { min: Number.MIN_VALUE })),
   },
   'kube-api-burst': {
-    help: 'request burst to the API server',
+    help: 'request burst per client',
     set: (c, v, n) => (c.kubeApiBurst = parseNumber(n, v, { min: 1, integer: true })),
   },
   'safety-up': {
