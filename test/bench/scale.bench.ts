@@ -226,6 +226,10 @@ async function startOurs(cp: ControlPlane, s: Setting): Promise<ManagedProcess[]
     name: 'manager',
     command: process.execPath,
     args: [
+      // MCM_BENCH_SCALE_CPU_PROF=<dir>: a V8 CPU profile of our manager per run, written there.
+      ...(process.env.MCM_BENCH_SCALE_CPU_PROF === undefined
+        ? []
+        : ['--cpu-prof', `--cpu-prof-dir=${process.env.MCM_BENCH_SCALE_CPU_PROF}`]),
       path.join(repoRoot, 'dist', 'cmd', 'manager.js'),
       `--control-kubeconfig=${cp.kubeconfigPath}`,
       `--namespace=${NAMESPACE}`,
@@ -579,6 +583,7 @@ function fmt(n: number): string {
 }
 
 function ratio(ours: number, anchor: number): string {
+  if (Number.isNaN(anchor)) return '–';
   if (anchor === 0) return ours === 0 ? '1.00' : '∞';
   return (ours / anchor).toFixed(2);
 }
@@ -594,7 +599,7 @@ function rowsOf(results: Result[]): string[][] {
   const rows: string[][] = [];
   for (const r of results) {
     for (const [key, label] of FIGURES) {
-      if (Number.isNaN(r.ours[key]) && Number.isNaN(r.anchor[key])) continue;
+      if (Number.isNaN(r.ours[key])) continue;
       rows.push([
         `${r.n} @ ${r.setting.qps}/${r.setting.burst}`,
         label,
@@ -674,6 +679,13 @@ function sideBySide(title: string, what: string, r: Result, key: 'upClients' | '
   return lines;
 }
 
+/** Figures of a side that was not run: every number NaN (shown as –). */
+function notRun(like: Figures): Figures {
+  const out = { ...like, upBreakdown: [], upClients: [] } as Figures;
+  for (const [key] of FIGURES) out[key] = NaN;
+  return out;
+}
+
 function parseList<T>(env: string | undefined, fallback: string, parse: (s: string) => T): T[] {
   return (env ?? fallback)
     .split(',')
@@ -704,20 +716,22 @@ export async function benchScale(): Promise<void> {
   });
   const settings = parseList(process.env.MCM_BENCH_SCALE_QPS, '20/30,200/400', parseSetting);
   const rollouts = parseList(process.env.MCM_BENCH_SCALE_ROLLOUT, '1000', (s) => Number(s));
-  ensureAnchor();
-  const anchorVersion = readToolVersions().MCM_ANCHOR_VERSION;
+  // MCM_BENCH_SCALE_ANCHOR=0: our side only (the anchor's columns show –).
+  const withAnchor = process.env.MCM_BENCH_SCALE_ANCHOR !== '0';
+  if (withAnchor) ensureAnchor();
+  const anchorVersion = withAnchor ? readToolVersions().MCM_ANCHOR_VERSION : 'not run';
   const auditDir = mkdtempSync(path.join(os.tmpdir(), 'mcm-scale-'));
   const results: Result[] = [];
   try {
     for (const setting of settings) {
       for (const n of sizes) {
         const figures: Partial<Record<Impl, Figures>> = {};
-        for (const impl of ['ours', 'anchor'] as const) {
+        for (const impl of withAnchor ? (['ours', 'anchor'] as const) : (['ours'] as const)) {
           console.log(`scale: ${impl}, ${n} machines @ ${setting.qps}/${setting.burst} …`);
           figures[impl] = await run(impl, n, setting, auditDir, rollouts);
         }
-        if (figures.ours === undefined || figures.anchor === undefined) throw new Error('unreachable');
-        results.push({ n, setting, ours: figures.ours, anchor: figures.anchor });
+        if (figures.ours === undefined) throw new Error('unreachable');
+        results.push({ n, setting, ours: figures.ours, anchor: figures.anchor ?? notRun(figures.ours) });
       }
     }
   } finally {
