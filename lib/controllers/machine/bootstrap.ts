@@ -91,11 +91,20 @@ export async function ensureBootstrapToken(
     type: 'bootstrap.kubernetes.io/token',
     data,
   };
-  try {
-    return tokenOf(await target.create<Secret>(CoreResources.secrets, secret));
-  } catch (err) {
-    if (!isAlreadyExists(err)) throw err;
-    return tokenOf(await target.get<Secret>(CoreResources.secrets, name, BOOTSTRAP_NAMESPACE));
+  // The id comes from five characters of the machine name (as in MCM), so two machines can share
+  // a token Secret, and the other machine may delete it (after joining) between our AlreadyExists
+  // and our read: then it is created again.
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return tokenOf(await target.create<Secret>(CoreResources.secrets, secret));
+    } catch (err) {
+      if (!isAlreadyExists(err)) throw err;
+    }
+    try {
+      return tokenOf(await target.get<Secret>(CoreResources.secrets, name, BOOTSTRAP_NAMESPACE));
+    } catch (err) {
+      if (!isNotFound(err) || attempt >= 3) throw err;
+    }
   }
 }
 
