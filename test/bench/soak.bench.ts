@@ -531,8 +531,8 @@ export async function benchSoak(): Promise<void> {
       'scales',
       'rollouts',
       'pod changes',
-      'VMs created',
-      'VMs deleted',
+      'CreateMachine calls',
+      'DeleteMachine calls',
       'CA IncreaseSize',
       'CA DeleteNodes',
     ];
@@ -586,7 +586,7 @@ export async function benchSoak(): Promise<void> {
         `${PODS_EVERY_MS / 1000} s to ${GROUP_MIN}–${GROUP_MAX} pods, which the cluster-autoscaler serves by growing and ` +
         `shrinking the autoscaled MachineDeployment \`group\` (min ${GROUP_MIN}, max ${GROUP_MAX}) through the gRPC server. ` +
         `RSS (VmRSS), V8 heap used (\`nodejs_heap_size_used_bytes\` of /metrics) and CPU are sampled every ${SAMPLE_MS / 1000} s; ` +
-        `VMs and autoscaler calls are the manager's own counters.`,
+        `driver and autoscaler calls are the manager's own counters (\`mcm_cloud_api_driver_request_duration_seconds_count\`, \`mcm_autoscaler_grpc_requests_total\`).`,
       '',
       `| ${header.join(' | ')} |`,
       `|${header.map(() => '---').join('|')}|`,
