@@ -3,6 +3,7 @@ import { benchInformer } from './informer.bench.js';
 import { benchLifecycle } from './lifecycle.bench.js';
 import { benchMachineSet } from './machineset.bench.js';
 import { benchScale } from './scale.bench.js';
+import { benchSoak } from './soak.bench.js';
 
 const benches: Record<string, () => Promise<void>> = {
   informer: benchInformer,
@@ -10,11 +11,20 @@ const benches: Record<string, () => Promise<void>> = {
   lifecycle: benchLifecycle,
   autoscaler: benchAutoscaler,
   scale: benchScale,
+  soak: benchSoak,
 };
+
+// Run only when named (`npm run bench soak`): the soak takes 30 minutes (MCM_BENCH_SOAK_MINUTES).
+const onlyWhenNamed = new Set(['soak']);
 
 const only = process.argv.slice(2);
 console.log(`node ${process.version}, ${new Date().toISOString()}`);
 for (const [name, fn] of Object.entries(benches)) {
-  if (only.length > 0 && !only.includes(name)) continue;
+  if (only.length > 0 ? !only.includes(name) : onlyWhenNamed.has(name)) continue;
   await fn();
+}
+if (only.length === 0) {
+  console.log(
+    '\n(soak is left out: it takes 30 minutes; run it with `npm run bench soak`, MCM_BENCH_SOAK_MINUTES=3 for a short run)',
+  );
 }
