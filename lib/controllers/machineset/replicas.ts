@@ -29,8 +29,14 @@ export interface ReplicaPlan<M extends AnyMachine> {
  *   controller or marked scale-up-disabled (an old set during an in-place update);
  * - too many: delete the surplus in MCM's deletion order, ignoring machines just transferred by an
  *   in-place update (label update-result=successful);
- * - always delete machines the autoscaler marked (priority 1 with a mark not newer than the
- *   MachineSet's last-replica-change-by-scaler time) and Failed machines that are not preserved.
+ * - delete machines the autoscaler marked (priority 1 with a mark not newer than the MachineSet's
+ *   last-replica-change-by-scaler time) beyond that, but only while more machines than replicas
+ *   remain: both times have one-second precision, so a mark written in the same second as the
+ *   set's last scale looks covered by it before the set's replicas were lowered for it (three
+ *   DeleteNodes within one second); deleting it then would need a replacement. Once the replicas
+ *   come down, the scale-down order (priority 1 first) picks it. (MCM deletes such machines
+ *   regardless of the replica count.)
+ * - always delete Failed machines that are not preserved (they are replaced).
  */
 export function planReplicas<M extends AnyMachine>(
   ms: MachineSet | DeepReadonly<MachineSet>,
@@ -78,7 +84,9 @@ export function planReplicas<M extends AnyMachine>(
     ms.metadata.annotations?.[Annotation.LastDeploymentReplicaChangeByScalerTime] ?? '',
   );
   if (!Number.isNaN(scalerTime)) {
-    for (const m of removable) {
+    const ordered = [...removable].sort((a, b) => compareForDeletion(a, b, now));
+    for (const m of ordered) {
+      if (active.length - chosen.size <= replicas) break;
       const mark = markedForDeletionTime(m);
       if (priorityOf(m) === DELETE_FIRST_MACHINE_PRIORITY && mark !== undefined && mark <= scalerTime) {
         take(m, 'marked-by-autoscaler');

@@ -2,6 +2,7 @@ import { expect } from 'chai';
 
 import type { Machine, MachineSet } from '../../../lib/api/types.js';
 import { MachineResource, MachineSetResource } from '../../../lib/api/types.js';
+import { rfc3339 } from '../../../lib/controllers/conditions.js';
 import { compareForDeletion } from '../../../lib/controllers/machines.js';
 import { MachineSetController } from '../../../lib/controllers/machineset/controller.js';
 import { planReplicas, slowStartBatch } from '../../../lib/controllers/machineset/replicas.js';
@@ -105,28 +106,86 @@ describe('planReplicas', () => {
     ).to.deep.include({ create: 0, scaleUpBlocked: 'scale-up-disabled' });
   });
 
-  it('deletes machines the autoscaler marked at or before the scaler time even without a surplus', () => {
+  const SCALER = 'machine.sapcloud.io/last-deployment-replica-change-by-scaler-time';
+  const markedBy = (set: MachineSet, name: string, at: string): Machine =>
+    machine(name, {
+      owner: set,
+      annotations: {
+        'machinepriority.machine.sapcloud.io': '1',
+        'machine.sapcloud.io/marked-for-deletion-time': at,
+      },
+    });
+
+  it('deletes machines the autoscaler marked at or before the scaler time beyond the replicas', () => {
     const set = machineSet('ms', 2);
-    set.metadata.annotations = {
-      'machine.sapcloud.io/last-deployment-replica-change-by-scaler-time': '2026-11-21T09:10:00Z',
-    };
-    const marked = (name: string, at: string): Machine =>
-      machine(name, {
-        owner: set,
-        annotations: {
-          'machinepriority.machine.sapcloud.io': '1',
-          'machine.sapcloud.io/marked-for-deletion-time': at,
-        },
-      });
+    set.metadata.annotations = { [SCALER]: '2026-11-21T09:10:00Z' };
+    const moved = (name: string): Machine =>
+      machine(name, { owner: set, labels: { 'node.machine.sapcloud.io/update-result': 'successful' } });
+    // The two machines moved in by an in-place update are not removable, so there is no surplus
+    // among the removable ones; the marked machine still goes, leaving 3 for 2 replicas.
     const plan = planReplicas(
       set,
-      [marked('old-mark', '2026-11-21T09:05:00Z'), marked('new-mark', '2026-11-21T09:15:00Z')],
+      [
+        moved('moved-1'),
+        moved('moved-2'),
+        markedBy(set, 'old-mark', '2026-11-21T09:05:00Z'),
+        markedBy(set, 'new-mark', '2026-11-21T09:15:00Z'),
+      ],
       NOW,
       100,
     );
     expect(plan.delete.map((d) => [d.machine.metadata.name, d.reason])).to.deep.equal([
       ['old-mark', 'marked-by-autoscaler'],
     ]);
+    expect(plan.create).to.equal(0);
+  });
+
+  it('never deletes a marked machine the replicas do not account for yet (three DeleteNodes in one second)', () => {
+    // The fault suite's race: DeleteNodes 5→4→3→2 within 23 ms. The deployment marked m1 and m2
+    // and scaled the set 5→3 (scaler time of that second); then it marked m3 with a time of the
+    // same second, before the set's replicas went 3→2. Mark and scaler time have one-second
+    // precision, so "mark not newer than scaler time" holds for m3 as well.
+    let clock = Date.UTC(2026, 10, 21, 10, 0, 0) + 400;
+    const tick = (ms: number): string => {
+      clock += ms;
+      return rfc3339(clock);
+    };
+    const set = machineSet('ms', 5);
+    let machines = ['m1', 'm2', 'm3', 'm4', 'm5'].map((n) => machine(n, { owner: set }));
+    const mark = (name: string, at: string): void => {
+      machines = machines.map((m) => (m.metadata.name === name ? markedBy(set, name, at) : m));
+    };
+    const deleting = (names: string[]): void => {
+      machines = machines.map((m) =>
+        names.includes(m.metadata.name ?? '')
+          ? { ...m, metadata: { ...m.metadata, deletionTimestamp: rfc3339(clock) } }
+          : m,
+      );
+    };
+    const names = (plan: ReturnType<typeof planReplicas<Machine>>): string[] =>
+      plan.delete.map((d) => d.machine.metadata.name ?? '');
+
+    mark('m1', tick(0));
+    mark('m2', tick(10));
+    set.spec = { ...set.spec, replicas: 3 };
+    set.metadata.annotations = { [SCALER]: rfc3339(clock) };
+    const first = planReplicas(set, machines, clock, 100);
+    expect(names(first)).to.have.members(['m1', 'm2']);
+    deleting(names(first));
+
+    mark('m3', tick(13));
+    expect(machines.find((m) => m.metadata.name === 'm3')?.metadata.annotations).to.deep.include({
+      'machine.sapcloud.io/marked-for-deletion-time': set.metadata.annotations[SCALER],
+    });
+    const early = planReplicas(set, machines, clock, 100);
+    expect(names(early), 'deleted before the replicas account for it').to.deep.equal([]);
+    expect(early.create).to.equal(0);
+
+    set.spec = { ...set.spec, replicas: 2 };
+    const lowered = planReplicas(set, machines, clock, 100);
+    expect(names(lowered)).to.deep.equal(['m3']);
+    deleting(names(lowered));
+    expect(planReplicas(set, machines, clock, 100)).to.deep.include({ create: 0, delete: [] });
   });
 
   it('deletes Failed machines unless preserved', () => {
