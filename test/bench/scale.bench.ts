@@ -453,7 +453,7 @@ async function run(
   n: number,
   s: Setting,
   auditDir: string,
-  rollouts: number[],
+  rollouts: Rollout[],
 ): Promise<Figures> {
   const auditLog = path.join(auditDir, `${impl}-${n}-${s.qps}.audit.log`);
   const policy = path.join(auditDir, 'policy.yaml');
@@ -516,7 +516,11 @@ async function run(
     const tRestEnd = Date.now();
     audit.poll();
 
-    const rollout = rollouts.includes(n) ? await rollingUpdate(client, machines, audit, n) : undefined;
+    const wanted = rollouts.some(
+      (r) =>
+        r.n === n && (r.setting === undefined || (r.setting.qps === s.qps && r.setting.burst === s.burst)),
+    );
+    const rollout = wanted ? await rollingUpdate(client, machines, audit, n) : undefined;
 
     const t1 = Date.now();
     await client.scale(MachineDeploymentResource, 'bench', NAMESPACE, 0);
@@ -679,6 +683,20 @@ function sideBySide(title: string, what: string, r: Result, key: 'upClients' | '
   return lines;
 }
 
+/** A size that also gets the rolling update: at every setting, or only at one (`1000@200/400`). */
+interface Rollout {
+  n: number;
+  setting?: Setting;
+}
+
+function parseRollout(s: string): Rollout {
+  const [count, at] = s.split('@');
+  const n = Number(count);
+  if (!Number.isInteger(n) || n < 1)
+    throw new Error(`MCM_BENCH_SCALE_ROLLOUT: "${s}" is not N or N@QPS/BURST`);
+  return at === undefined ? { n } : { n, setting: parseSetting(at) };
+}
+
 /** Figures of a side that was not run: every number NaN (shown as –). */
 function notRun(like: Figures): Figures {
   const out = { ...like, upBreakdown: [], upClients: [] } as Figures;
@@ -715,7 +733,7 @@ export async function benchScale(): Promise<void> {
     return n;
   });
   const settings = parseList(process.env.MCM_BENCH_SCALE_QPS, '20/30,200/400', parseSetting);
-  const rollouts = parseList(process.env.MCM_BENCH_SCALE_ROLLOUT, '1000', (s) => Number(s));
+  const rollouts = parseList(process.env.MCM_BENCH_SCALE_ROLLOUT, '1000@200/400', parseRollout);
   // MCM_BENCH_SCALE_ANCHOR=0: our side only (the anchor's columns show –).
   const withAnchor = process.env.MCM_BENCH_SCALE_ANCHOR !== '0';
   if (withAnchor) ensureAnchor();
@@ -749,6 +767,7 @@ export async function benchScale(): Promise<void> {
   console.log(`\nWritten to ${path.relative(process.cwd(), file)}.`);
   console.log(
     'Set MCM_BENCH_SCALE_N (e.g. 100,1000,5000), MCM_BENCH_SCALE_QPS (e.g. 20/30,200/400) and ' +
-      'MCM_BENCH_SCALE_ROLLOUT (the sizes that also get a rolling update; default 1000) to change the runs.',
+      'MCM_BENCH_SCALE_ROLLOUT (the sizes that also get a rolling update, N or N@QPS/BURST; default ' +
+      '1000@200/400) to change the runs.',
   );
 }
