@@ -15,13 +15,14 @@ import path from 'node:path';
 import { MachineDeploymentResource, type Machine, type MachineDeployment } from '../../lib/api/types.js';
 import { GroupAnnotation } from '../../lib/autoscaler/groups.js';
 import { CoreResources } from '../../lib/kube/resources.js';
-import type { KubeObject, Node, Pod } from '../../lib/kube/types.js';
+import type { Node, Pod } from '../../lib/kube/types.js';
 import { startAutoscaler, type Autoscaler } from '../harness/autoscaler.js';
 import { createMtlsBundle, writeMtlsBundle } from '../harness/certs.js';
 import { ManagedProcess, freePort, waitUntil } from '../harness/process.js';
 import { autoscalerUnavailableReason, newestAutoscalerVersion, repoRoot } from '../harness/tools.js';
 import { LifecycleEnv, NS, nodeTemplate } from '../integration/env/lifecycle.js';
 import { printTable } from './table.js';
+import { AppsDeployments, nodeFillingDeployment } from '../harness/workload.js';
 
 const SAMPLE_MS = 15_000;
 /** The churned deployment's size range, and the autoscaled group's bounds (≤ 40 machines in all). */
@@ -47,15 +48,6 @@ const PODS_EVERY_MS = 75_000;
 const FLAT_MIB_PER_HOUR = 5;
 const MiB = 1024 * 1024;
 
-const Deployments = {
-  group: 'apps',
-  version: 'v1',
-  plural: 'deployments',
-  kind: 'Deployment',
-  namespaced: true,
-} as const;
-const Pods = { group: '', version: 'v1', plural: 'pods', kind: 'Pod', namespaced: true } as const;
-
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 /** A small deterministic PRNG (mulberry32), so that every run issues the same sequence. */
@@ -67,29 +59,6 @@ function prng(seed: number): () => number {
     t = Math.imul(t ^ (t >>> 15), t | 1);
     t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
     return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
-/** Pods that each need a node of their own (1.5 of 2 CPUs) in pool `pool`. */
-function podDeployment(name: string, pool: string, replicas: number): KubeObject & { spec: unknown } {
-  return {
-    apiVersion: 'apps/v1',
-    kind: 'Deployment',
-    metadata: { name, namespace: NS },
-    spec: {
-      replicas,
-      selector: { matchLabels: { app: name } },
-      template: {
-        metadata: { labels: { app: name } },
-        spec: {
-          terminationGracePeriodSeconds: 0,
-          nodeSelector: { pool },
-          containers: [
-            { name: 'app', image: 'registry.invalid/app:1', resources: { requests: { cpu: '1500m' } } },
-          ],
-        },
-      },
-    },
   };
 }
 
@@ -364,9 +333,14 @@ export async function benchSoak(): Promise<void> {
       },
       { type: 'merge', namespace: NS },
     );
-    await lc.client.create(Deployments, podDeployment('group-pods', 'group', GROUP_MIN));
+    await lc.client.create(
+      AppsDeployments,
+      nodeFillingDeployment({ name: 'group-pods', namespace: NS, pool: 'group', replicas: GROUP_MIN }),
+    );
     const runningPods = async (): Promise<number> =>
-      (await lc.client.list<Pod>(Pods, { namespace: NS, labelSelector: 'app=group-pods' })).items.filter(
+      (
+        await lc.client.list<Pod>(CoreResources.pods, { namespace: NS, labelSelector: 'app=group-pods' })
+      ).items.filter(
         (p) =>
           p.metadata.deletionTimestamp === undefined &&
           p.spec?.nodeName !== undefined &&
@@ -458,7 +432,7 @@ export async function benchSoak(): Promise<void> {
         const n = pods;
         await op('pods', `group-pods → ${n}`, () =>
           lc.client.patch(
-            Deployments,
+            AppsDeployments,
             'group-pods',
             { spec: { replicas: n } },
             { type: 'merge', namespace: NS },

@@ -13,7 +13,7 @@ import { expect } from 'chai';
 
 import { MachineDeploymentResource } from '../../lib/api/types.js';
 import { GroupAnnotation } from '../../lib/autoscaler/groups.js';
-import type { KubeObject, Pod } from '../../lib/kube/types.js';
+import type { Pod } from '../../lib/kube/types.js';
 import { skipUnlessAutoscaler, startAutoscaler, type Autoscaler } from '../harness/autoscaler.js';
 import { createMtlsBundle, writeMtlsBundle } from '../harness/certs.js';
 import { freePort } from '../harness/process.js';
@@ -22,38 +22,8 @@ import { NS, nodeTemplate } from '../integration/env/lifecycle.js';
 import { until } from '../integration/env/until.js';
 import { ChaosEnv, expectClean, size } from './env.js';
 import { recordSkipped } from './results.js';
-
-const Deployments = {
-  group: 'apps',
-  version: 'v1',
-  plural: 'deployments',
-  kind: 'Deployment',
-  namespaced: true,
-} as const;
-const Pods = { group: '', version: 'v1', plural: 'pods', kind: 'Pod', namespaced: true } as const;
-
-/** Pods that each need a node of their own (1.5 of 2 CPUs) in pool `pool`. */
-function podDeployment(name: string, pool: string, replicas: number): KubeObject & { spec: unknown } {
-  return {
-    apiVersion: 'apps/v1',
-    kind: 'Deployment',
-    metadata: { name, namespace: NS },
-    spec: {
-      replicas,
-      selector: { matchLabels: { app: name } },
-      template: {
-        metadata: { labels: { app: name } },
-        spec: {
-          terminationGracePeriodSeconds: 0,
-          nodeSelector: { pool },
-          containers: [
-            { name: 'app', image: 'registry.invalid/app:1', resources: { requests: { cpu: '1500m' } } },
-          ],
-        },
-      },
-    },
-  };
-}
+import { AppsDeployments, nodeFillingDeployment } from '../harness/workload.js';
+import { CoreResources } from '../../lib/kube/resources.js';
 
 const version = newestAutoscalerVersion();
 
@@ -109,7 +79,10 @@ describe(`chaos 6: cluster-autoscaler ${version} scaling during a rollout`, func
       { metadata: { annotations: { [GroupAnnotation.MinSize]: '1', [GroupAnnotation.MaxSize]: '12' } } },
       { type: 'merge', namespace: NS },
     );
-    await e.client.create(Deployments, podDeployment('s6-pods', 's6', initial));
+    await e.client.create(
+      AppsDeployments,
+      nodeFillingDeployment({ name: 's6-pods', namespace: NS, pool: 's6', replicas: initial }),
+    );
     await e.waitConverged('s6', 120_000);
     await until('pods running', async () => (await running()) === initial, 120_000);
     // Replica a serves the autoscaler; replica b may be the leader: any replica answers.
@@ -129,9 +102,9 @@ describe(`chaos 6: cluster-autoscaler ${version} scaling during a rollout`, func
 
   async function pods(): Promise<Pod[]> {
     if (env === undefined) return [];
-    return (await env.client.list<Pod>(Pods, { namespace: NS, labelSelector: 'app=s6-pods' })).items.filter(
-      (p) => p.metadata.deletionTimestamp === undefined,
-    );
+    return (
+      await env.client.list<Pod>(CoreResources.pods, { namespace: NS, labelSelector: 'app=s6-pods' })
+    ).items.filter((p) => p.metadata.deletionTimestamp === undefined);
   }
 
   async function running(): Promise<number> {
@@ -141,7 +114,7 @@ describe(`chaos 6: cluster-autoscaler ${version} scaling during a rollout`, func
 
   async function scalePods(n: number): Promise<void> {
     await env?.client.patch(
-      Deployments,
+      AppsDeployments,
       's6-pods',
       { spec: { replicas: n } },
       { type: 'merge', namespace: NS },

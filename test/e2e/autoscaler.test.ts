@@ -13,57 +13,19 @@ import { MachineDeploymentResource, type Machine, type MachineDeployment } from 
 import { GroupAnnotation } from '../../lib/autoscaler/groups.js';
 import type { KubeClient } from '../../lib/kube/client.js';
 import { isNotFound } from '../../lib/kube/errors.js';
-import type { KubeObject, Node, Pod } from '../../lib/kube/types.js';
+import type { Node, Pod } from '../../lib/kube/types.js';
 import { startAutoscaler, skipUnlessAutoscaler, type Autoscaler } from '../harness/autoscaler.js';
 import { createMtlsBundle, writeMtlsBundle } from '../harness/certs.js';
 import { autoscalerVersions } from '../harness/tools.js';
 import { LifecycleEnv, NS, nodeTemplate } from '../integration/env/lifecycle.js';
 import { until } from '../integration/env/until.js';
-
-const DeploymentsResource = {
-  group: 'apps',
-  version: 'v1',
-  plural: 'deployments',
-  kind: 'Deployment',
-  namespaced: true,
-} as const;
-
-interface AppsDeployment extends KubeObject {
-  spec: Record<string, unknown>;
-}
+import { AppsDeployments, nodeFillingDeployment } from '../harness/workload.js';
 
 const isReady = (n: Node): boolean =>
   n.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
 
 function seconds(since: number): string {
   return `${((Date.now() - since) / 1000).toFixed(1)}s`;
-}
-
-/** Pods that each need a node of their own (1.5 of 2 CPUs) on nodes labelled pool=<pool>. */
-function podDeployment(name: string, pool: string, replicas: number): AppsDeployment {
-  return {
-    apiVersion: 'apps/v1',
-    kind: 'Deployment',
-    metadata: { name, namespace: NS },
-    spec: {
-      replicas,
-      selector: { matchLabels: { app: name } },
-      template: {
-        metadata: { labels: { app: name } },
-        spec: {
-          terminationGracePeriodSeconds: 0,
-          nodeSelector: { pool },
-          containers: [
-            {
-              name: 'app',
-              image: 'registry.invalid/app:1',
-              resources: { requests: { cpu: '1500m', memory: '256Mi' } },
-            },
-          ],
-        },
-      },
-    },
-  };
 }
 
 describe('cluster-autoscaler e2e (real autoscaler, kube-scheduler, kwok)', function () {
@@ -209,7 +171,7 @@ describe('cluster-autoscaler e2e (real autoscaler, kube-scheduler, kwok)', funct
       after(async () => {
         await ca?.stop();
         for (const name of [`${p}-pods`])
-          await client.delete(DeploymentsResource, name, { namespace: NS }).catch(() => undefined);
+          await client.delete(AppsDeployments, name, { namespace: NS }).catch(() => undefined);
         for (const name of ['full', 'spare']) {
           await client
             .delete(MachineDeploymentResource, `${p}-${name}`, { namespace: NS })
@@ -221,7 +183,10 @@ describe('cluster-autoscaler e2e (real autoscaler, kube-scheduler, kwok)', funct
 
       it('scales up from zero for pending pods, backs off the group out of capacity and scales the other one', async () => {
         const t0 = Date.now();
-        await client.create(DeploymentsResource, podDeployment(`${p}-pods`, p, 3));
+        await client.create(
+          AppsDeployments,
+          nodeFillingDeployment({ name: `${p}-pods`, namespace: NS, pool: p, replicas: 3, memory: '256Mi' }),
+        );
         let fullGrew = false;
         const scheduled = await waitFor(
           '3 pods running on new nodes',
@@ -257,7 +222,7 @@ describe('cluster-autoscaler e2e (real autoscaler, kube-scheduler, kwok)', funct
       it('scales down exactly the idle machines and leaves the busy one', async () => {
         const t0 = Date.now();
         await client.patch(
-          DeploymentsResource,
+          AppsDeployments,
           `${p}-pods`,
           { spec: { replicas: 1 } },
           { type: 'merge', namespace: NS },
@@ -306,7 +271,7 @@ describe('cluster-autoscaler e2e (real autoscaler, kube-scheduler, kwok)', funct
           { type: 'merge', namespace: NS },
         );
         await client.patch(
-          DeploymentsResource,
+          AppsDeployments,
           `${p}-pods`,
           { spec: { replicas: 3 } },
           { type: 'merge', namespace: NS },
