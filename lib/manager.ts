@@ -130,7 +130,7 @@ export class Manager {
       userAgent: deps.userAgent ?? 'machine-controller-manager-ts',
       logger: this.log,
     };
-    this.client = new KubeClient({ kubeConfig: control, ...clientOpts });
+    this.client = new KubeClient({ kubeConfig: control, name: 'control', ...clientOpts });
     const targetConfig =
       config.targetKubeconfig === 'none'
         ? undefined
@@ -140,7 +140,9 @@ export class Manager {
     // The target cluster gets a client of its own even when it is the control cluster: as with
     // gardener MCM's control and target clientsets, each has its own --kube-api-qps budget.
     this.target =
-      targetConfig === undefined ? undefined : new KubeClient({ kubeConfig: targetConfig, ...clientOpts });
+      targetConfig === undefined
+        ? undefined
+        : new KubeClient({ kubeConfig: targetConfig, name: 'target', ...clientOpts });
     this.providers = deps.providers ?? defaultProviders();
     const cloudClient = (kubeConfig: KubeConfigSource, side: string): KubeClient => {
       const c = new KubeClient({
@@ -150,6 +152,8 @@ export class Manager {
         clock: this.clock,
         registry: this.registry,
         userAgent: `${deps.userAgent ?? 'machine-controller-manager-ts'}/provider-${side}`,
+        name: `cloud-${side}`,
+        logger: this.log,
       });
       this.cloudClients.push(c);
       return c;
@@ -166,6 +170,8 @@ export class Manager {
         clock: this.clock,
         registry: this.registry,
         userAgent: `${deps.userAgent ?? 'machine-controller-manager-ts'}/safety-probe-${side}`,
+        // No outage log: the API-server safety check reports what its probes find.
+        name: `safety-probe-${side}`,
       });
       this.cloudClients.push(c);
       return c;

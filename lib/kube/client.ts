@@ -97,6 +97,11 @@ export interface KubeClientOptions {
   burst?: number;
   registry?: Registry;
   userAgent?: string;
+  /**
+   * Which client of the process this is ("control", "target", "cloud-control" …): names it in
+   * outage log lines, since several clients may share a server and a user agent.
+   */
+  name?: string;
   clock?: Clock;
   /** Timeout for non-watch requests. */
   requestTimeoutMs?: number;
@@ -150,6 +155,9 @@ interface RawResponse {
  * take the machine API's token bucket.
  */
 const MACHINE_API_PREFIX = '/apis/machine.sapcloud.io/';
+/** How outage log lines name the two APIs a client budgets separately. */
+const MACHINE_API_GROUP_NAME = 'machine.sapcloud.io API';
+const OTHER_APIS_NAME = 'other APIs';
 
 interface RequestSpec {
   method: string;
@@ -296,7 +304,9 @@ export class KubeClient implements KubeApi {
   private readonly requestTimeoutMs: number;
   private readonly maxRetryAfter: number;
   private readonly credentials: ClientCredentials;
-  private readonly outage: OutageLog | undefined;
+  /** Outage logs of the machine.sapcloud.io API and of the other APIs (they queue separately). */
+  private readonly machineOutage: OutageLog | undefined;
+  private readonly coreOutage: OutageLog | undefined;
 
   constructor(private readonly opts: KubeClientOptions) {
     const cluster = opts.kubeConfig.getCurrentCluster();
@@ -310,14 +320,17 @@ export class KubeClient implements KubeApi {
     this.requestTimeoutMs = opts.requestTimeoutMs ?? 60_000;
     this.maxRetryAfter = opts.maxRetryAfter ?? 5;
     this.agent = new http.Agent({ keepAlive: true });
-    this.outage =
-      opts.logger === undefined
-        ? undefined
-        : new OutageLog({
-            what: 'API requests',
-            log: opts.logger.child({ server: this.server.origin, userAgent: this.userAgent }),
-            clock: this.clock,
-          });
+    const outageLog = (api: string): OutageLog | undefined => {
+      if (opts.logger === undefined) return undefined;
+      const client = opts.name ?? this.userAgent;
+      return new OutageLog({
+        what: `${client} client: ${api} requests`,
+        log: opts.logger.child({ client, api, server: this.server.origin }),
+        clock: this.clock,
+      });
+    };
+    this.machineOutage = outageLog(MACHINE_API_GROUP_NAME);
+    this.coreOutage = outageLog(OTHER_APIS_NAME);
     this.credentials = new ClientCredentials(opts.kubeConfig, {
       clock: this.clock,
       checkIntervalMs: opts.credentialCheckIntervalMs,
@@ -409,22 +422,27 @@ export class KubeClient implements KubeApi {
       if (payload !== undefined) req.write(payload);
       req.end();
     });
-    return this.observeOutcome(response, spec);
+    return this.observeOutcome(
+      response,
+      spec,
+      bucket === this.machineBucket ? this.machineOutage : this.coreOutage,
+    );
   }
 
   /** Feeds the outage log: a 5xx or no answer is a failure, any other answer a success. */
   private async observeOutcome(
     response: Promise<http.IncomingMessage>,
     spec: RequestSpec,
+    outage: OutageLog | undefined,
   ): Promise<http.IncomingMessage> {
     try {
       const res = await response;
       const code = res.statusCode ?? 0;
-      if (code >= 500) this.outage?.failure(`${spec.method} ${spec.path}: HTTP ${code}`);
-      else this.outage?.success();
+      if (code >= 500) outage?.failure(`${spec.method} ${spec.path}: HTTP ${code}`);
+      else outage?.success();
       return res;
     } catch (err) {
-      if (!(err instanceof AbortedError)) this.outage?.failure(err);
+      if (!(err instanceof AbortedError)) outage?.failure(err);
       throw err;
     }
   }

@@ -6,12 +6,13 @@ import { CapturingLogger, type CapturedLine } from '../../lib/observability/logg
 import { startControlPlane, type ControlPlane } from '../harness/controlplane.js';
 import { until } from './env/until.js';
 
-/** Which informer or client a line is about. */
+/** Which informer, or which client and API, a line is about. */
 function source(l: CapturedLine): string {
-  const { informer, server, userAgent } = l.fields;
-  return typeof informer === 'string'
-    ? `informer ${informer}`
-    : `client ${String(userAgent)} ${String(server)}`;
+  const { informer, client, api } = l.fields;
+  if (typeof informer === 'string') return `informer ${informer}`;
+  expect(client, `client of "${l.msg}"`).to.be.oneOf(['control', 'target', 'cloud-control', 'cloud-target']);
+  expect(api, `API of "${l.msg}"`).to.be.oneOf(['machine.sapcloud.io API', 'other APIs']);
+  return `client ${String(client)} ${String(api)}`;
 }
 
 describe('manager: a kube-apiserver outage in the log', function () {
@@ -79,6 +80,12 @@ describe('manager: a kube-apiserver outage in the log', function () {
         else if (kind === 'recovered') seq.push('recovered twice');
         bySource.set(source(l), seq);
       }
+      // The machine informers' list/watch go through the control client's machine API budget, the
+      // node informer's through the target client: each reports its own outage.
+      expect([...bySource.keys()]).to.include.members([
+        'client control machine.sapcloud.io API',
+        'client target other APIs',
+      ]);
       for (const [src, seq] of bySource) {
         expect(seq[0], `${src}: ${seq.join(' ')}`).to.equal('warn');
         expect(seq[seq.length - 1], `${src}: ${seq.join(' ')}`).to.equal('recovered');

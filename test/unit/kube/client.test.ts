@@ -136,9 +136,47 @@ describe('KubeClient (against a stub HTTP server)', () => {
     };
     for (let i = 0; i < 5; i++) await client.get(CoreResources.nodes, 'n1').catch(() => undefined);
     expect(logger.lines.map((l) => `${l.level}: ${l.msg}`)).to.deep.equal([
-      'warn: API requests failing repeatedly',
-      'info: API requests recovered',
+      'warn: machine-controller-manager-ts client: other APIs requests failing repeatedly',
+      'info: machine-controller-manager-ts client: other APIs requests recovered',
     ]);
+  });
+
+  it('names the client and the API in outage lines, so clients sharing a server and user agent stay apart', async () => {
+    const logger = new CapturingLogger();
+    client = new KubeClient({ kubeConfig: kubeConfig(server.port), logger, name: 'control' });
+    const target = new KubeClient({ kubeConfig: kubeConfig(server.port), logger, name: 'target' });
+    try {
+      let down = true;
+      server.handler = (_r, res) => {
+        if (down)
+          json(res, 503, { kind: 'Status', code: 503, reason: 'ServiceUnavailable', message: 'down' });
+        else json(res, 404, { kind: 'Status', code: 404, reason: 'NotFound', message: 'nope' });
+      };
+      const machine = (c: KubeClient): Promise<unknown> =>
+        c.get(MachineResource, 'm1', 'default').catch(() => undefined);
+      const node = (c: KubeClient): Promise<unknown> =>
+        c.get(CoreResources.nodes, 'n1').catch(() => undefined);
+      for (let i = 0; i < 2; i++) {
+        await machine(client);
+        await node(client);
+        await node(target);
+      }
+      down = false;
+      await machine(client);
+      await node(client);
+      await node(target);
+      const lines = logger.lines.map((l) => `${l.level} ${String(l.fields.client)}/${String(l.fields.api)}`);
+      expect(lines).to.deep.equal([
+        'warn control/machine.sapcloud.io API',
+        'warn control/other APIs',
+        'warn target/other APIs',
+        'info control/machine.sapcloud.io API',
+        'info control/other APIs',
+        'info target/other APIs',
+      ]);
+    } finally {
+      target.close();
+    }
   });
 
   it('retries a 429 after the Retry-After delay the server asked for', async () => {
