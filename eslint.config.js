@@ -12,6 +12,7 @@ export default tseslint.config(
       'charts/**',
       'eslint.config.js',
       'test/summary-reporter.cjs',
+      'test/summary.cjs',
     ],
   },
   eslint.configs.recommended,

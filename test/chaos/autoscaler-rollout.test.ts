@@ -14,14 +14,14 @@ import { expect } from 'chai';
 import { MachineDeploymentResource } from '../../lib/api/types.js';
 import { GroupAnnotation } from '../../lib/autoscaler/groups.js';
 import type { Pod } from '../../lib/kube/types.js';
-import { skipUnlessAutoscaler, startAutoscaler, type Autoscaler } from '../harness/autoscaler.js';
+import { requireAutoscaler, startAutoscaler, type Autoscaler } from '../harness/autoscaler.js';
 import { createMtlsBundle, writeMtlsBundle } from '../harness/certs.js';
 import { freePort } from '../harness/process.js';
 import { autoscalerUnavailableReason, newestAutoscalerVersion } from '../harness/tools.js';
 import { NS, nodeTemplate } from '../integration/env/lifecycle.js';
 import { until } from '../integration/env/until.js';
 import { ChaosEnv, expectClean, size } from './env.js';
-import { recordSkipped } from './results.js';
+import { recordNotRun } from './results.js';
 import { AppsDeployments, nodeFillingDeployment } from '../harness/workload.js';
 import { CoreResources } from '../../lib/kube/resources.js';
 
@@ -38,10 +38,10 @@ describe(`chaos 6: cluster-autoscaler ${version} scaling during a rollout`, func
   before(async function () {
     const reason = autoscalerUnavailableReason(version);
     if (reason !== undefined) {
-      recordSkipped('6a', 'cluster-autoscaler scale-up during a rollout', reason);
-      recordSkipped('6b', 'cluster-autoscaler scale-down after the rollout', reason);
+      recordNotRun('6a', 'cluster-autoscaler scale-up during a rollout', reason);
+      recordNotRun('6b', 'cluster-autoscaler scale-down after the rollout', reason);
     }
-    skipUnlessAutoscaler(this, version);
+    requireAutoscaler(version);
     const tls = writeMtlsBundle(mkdtempSync(path.join(os.tmpdir(), 'mcm-chaos-tls-')), createMtlsBundle());
     const grpcPorts = [await freePort(), await freePort()];
     env = await ChaosEnv.start({

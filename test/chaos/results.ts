@@ -17,8 +17,8 @@ export interface ResultRow {
   orphans: number | undefined;
   wronglyDeleted: number;
   notes: string;
-  /** Set when the scenario did not run. */
-  skipped?: string;
+  /** Set when the scenario could not run (the suite fails then). */
+  notRun?: string;
 }
 
 const rows: ResultRow[] = [];
@@ -27,7 +27,7 @@ export function recordRow(row: ResultRow): void {
   rows.push(row);
 }
 
-export function recordSkipped(id: string, title: string, reason: string): void {
+export function recordNotRun(id: string, title: string, reason: string): void {
   rows.push({
     id,
     title,
@@ -37,7 +37,7 @@ export function recordSkipped(id: string, title: string, reason: string): void {
     orphans: undefined,
     wronglyDeleted: 0,
     notes: '',
-    skipped: reason,
+    notRun: reason,
   });
 }
 
@@ -56,8 +56,8 @@ export function renderTable(list: readonly ResultRow[]): string {
     '| --- | --: | --: | --: | --: | --- |',
   ];
   for (const r of [...list].sort((a, b) => a.id.localeCompare(b.id, 'en', { numeric: true }))) {
-    if (r.skipped !== undefined) {
-      out.push(`| ${cell(`${r.id} ${r.title}`)} | skipped | – | – | – | ${cell(r.skipped)} |`);
+    if (r.notRun !== undefined) {
+      out.push(`| ${cell(`${r.id} ${r.title}`)} | NOT RUN | – | – | – | ${cell(r.notRun)} |`);
       continue;
     }
     const converge =

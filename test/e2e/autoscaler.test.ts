@@ -14,7 +14,7 @@ import { GroupAnnotation } from '../../lib/autoscaler/groups.js';
 import type { KubeClient } from '../../lib/kube/client.js';
 import { isNotFound } from '../../lib/kube/errors.js';
 import type { Node, Pod } from '../../lib/kube/types.js';
-import { startAutoscaler, skipUnlessAutoscaler, type Autoscaler } from '../harness/autoscaler.js';
+import { startAutoscaler, requireAutoscaler, type Autoscaler } from '../harness/autoscaler.js';
 import { createMtlsBundle, writeMtlsBundle } from '../harness/certs.js';
 import { autoscalerVersions } from '../harness/tools.js';
 import { LifecycleEnv, NS, nodeTemplate } from '../integration/env/lifecycle.js';
@@ -116,7 +116,7 @@ describe('cluster-autoscaler e2e (real autoscaler, kube-scheduler, kwok)', funct
       let ca: Autoscaler | undefined;
 
       before(async function () {
-        skipUnlessAutoscaler(this, version);
+        requireAutoscaler(version);
         const tls = (
           env as unknown as { tls: { clientCertFile: string; clientKeyFile: string; caFile: string } }
         ).tls;

@@ -318,15 +318,12 @@ export async function startAutoscaler(opts: AutoscalerOptions): Promise<Autoscal
 }
 
 /**
- * For mocha: skips the current test (or, from a before hook, the suite) when this
- * cluster-autoscaler version cannot exist here, putting the reason into the test title so that
- * the report says why. A version that could be built but is not is no reason: startAutoscaler
- * then fails with the command to run.
+ * Fails (never skips) when this cluster-autoscaler version cannot exist here, with a message
+ * saying what is missing: a suite that silently skips its autoscaler versions would pass without
+ * testing them. A version that could be built but is not fails too, in startAutoscaler, with the
+ * command to run.
  */
-export function skipUnlessAutoscaler(ctx: Mocha.Context, version: string): void {
+export function requireAutoscaler(version: string): void {
   const reason = autoscalerUnavailableReason(version);
-  if (reason === undefined) return;
-  const runnable = ctx.currentTest ?? ctx.test;
-  if (runnable !== undefined) runnable.title += ` (skipped: ${reason})`;
-  ctx.skip();
+  if (reason !== undefined) throw new Error(`cannot run cluster-autoscaler ${version}: ${reason}`);
 }

@@ -13,7 +13,7 @@ import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import { expect } from 'chai';
 
-import { skipUnlessAutoscaler, startAutoscaler, type Autoscaler } from '../harness/autoscaler.js';
+import { requireAutoscaler, startAutoscaler, type Autoscaler } from '../harness/autoscaler.js';
 import { createMtlsBundle, writeMtlsBundle, type MtlsBundle, type MtlsFiles } from '../harness/certs.js';
 import { startControlPlane, type ControlPlane } from '../harness/controlplane.js';
 import { waitUntil } from '../harness/process.js';
@@ -134,7 +134,7 @@ describe('cluster-autoscaler smoke: real binaries against a stub externalgrpc se
 
   for (const version of autoscalerVersions()) {
     it(`cluster-autoscaler ${version} dials the server with its client certificate, runs Refresh and NodeGroups every loop, serves metrics, and calls Cleanup on SIGTERM`, async function () {
-      skipUnlessAutoscaler(this, version);
+      requireAutoscaler(version);
       if (cp === undefined) throw new Error('no control plane');
       const started = Date.now();
       const stub = new StubCloudProvider(bundle);

@@ -8,6 +8,7 @@ import {
   autoscalerDefaultFlags,
   autoscalerHasFlag,
   externalGrpcCloudConfig,
+  requireAutoscaler,
 } from '../../harness/autoscaler.js';
 import {
   autoscalerBinaryPath,
@@ -56,12 +57,22 @@ describe('test harness: cluster-autoscaler versions and flags', () => {
     expect(autoscalerComponent('1.36.1')).to.equal('cluster-autoscaler-1.36');
   });
 
-  it('gives a skip reason only for a source-built version whose sources directory is absent', () => {
+  it('gives a reason only for a source-built version whose sources directory is absent', () => {
     const reason = autoscalerUnavailableReason('1.36.1');
     expect(reason).to.be.a('string').and.to.contain(path.join(dir, 'sources')).and.to.contain('absent');
     // The proxy release never has a reason to be missing: the test must fail instead.
     expect(autoscalerUnavailableReason('1.33.0')).to.equal(undefined);
     expect(() => autoscalerBinaryPath('1.36.1')).to.throw(/absent/);
+  });
+
+  it('fails a test (never skips it) that needs a source-built version whose sources are absent, naming what is missing', () => {
+    expect(() => {
+      requireAutoscaler('1.35.2');
+    }).to.throw(/cannot run cluster-autoscaler 1\.35\.2: .*sources.* is absent/);
+    fakeBinary('1.35.2');
+    expect(() => {
+      requireAutoscaler('1.35.2');
+    }).to.not.throw();
   });
 
   it('names the missing tarball when the directory exists without it', () => {

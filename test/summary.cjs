@@ -1,0 +1,43 @@
+'use strict';
+// Prints the test results that summary-reporter.cjs appended to a file (one JSON line per mocha
+// run): one line per expected suite ("unit: 849 passed, 0 failed, 0 skipped", or "e2e: not run"
+// when the suite left no result because it could not start or crashed before its end), then the
+// total as the last line: "N passed, N failed[, N skipped]". Exits 1 when a suite failed or did
+// not run. Plain CommonJS with no dependency, so it works even when the build did not.
+//   node test/summary.cjs <results-file> <suite> [<suite> …]
+const fs = require('node:fs');
+
+const [file, ...suites] = process.argv.slice(2);
+if (file === undefined || suites.length === 0) {
+  console.error('usage: node test/summary.cjs <results-file> <suite> [<suite> …]');
+  process.exit(2);
+}
+const text = fs.existsSync(file) ? fs.readFileSync(file, 'utf8') : '';
+const bySuite = new Map();
+for (const line of text.split('\n').filter(Boolean)) {
+  const r = JSON.parse(line);
+  const t = bySuite.get(r.suite) ?? { passed: 0, failed: 0, skipped: 0 };
+  t.passed += r.passed;
+  t.failed += r.failed;
+  t.skipped += r.skipped;
+  bySuite.set(r.suite, t);
+}
+const total = { passed: 0, failed: 0, skipped: 0 };
+let ok = true;
+for (const suite of [...suites, ...[...bySuite.keys()].filter((s) => !suites.includes(s))]) {
+  const t = bySuite.get(suite);
+  if (t === undefined) {
+    console.log(`${suite}: not run`);
+    ok = false;
+    continue;
+  }
+  console.log(`${suite}: ${t.passed} passed, ${t.failed} failed, ${t.skipped} skipped`);
+  if (t.failed > 0) ok = false;
+  total.passed += t.passed;
+  total.failed += t.failed;
+  total.skipped += t.skipped;
+}
+console.log(
+  `${total.passed} passed, ${total.failed} failed` + (total.skipped > 0 ? `, ${total.skipped} skipped` : ''),
+);
+process.exit(ok ? 0 : 1);
