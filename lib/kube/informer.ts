@@ -14,6 +14,12 @@ function isAborted(signal: AbortSignal): boolean {
   return signal.aborted;
 }
 
+/** The Status reason of a failed list or watch, for the watch-error metric. */
+function errorReason(err: unknown): string {
+  const reason = err instanceof Error && 'reason' in err ? String(err.reason) : '';
+  return reason === '' ? 'Error' : reason;
+}
+
 /** Objects handed out by the cache are frozen: copy (structuredClone) before changing one. */
 export type DeepReadonly<T> = T extends (infer E)[]
   ? readonly DeepReadonly<E>[]
@@ -157,7 +163,9 @@ function informerMetrics(registry: Registry | undefined): InformerMetrics | unde
       }),
       watchErrors: new Counter({
         name: 'informer_watch_errors_total',
-        help: 'Watch streams that ended with an error, by reason (Gone, Stalled, Unavailable, ...).',
+        help:
+          'Lists and watches that ended with an error, by reason (Expired, Stalled, ServiceUnavailable, ' +
+          'ShortWatch: a watch the server ended within a second without an event, ...).',
         labelNames: ['name', 'reason'],
         registers: [registry],
       }),
@@ -188,9 +196,84 @@ export interface Lister<T> {
 }
 
 /**
+ * A watch the server ends within this time without an event is a failure, not a timeout (the
+ * threshold of client-go's reflector): a server or proxy that closes every watch at once would
+ * otherwise be asked again in a tight loop.
+ */
+export const SHORT_WATCH_MS = 1000;
+
+/** How one round of the informer's loop (a list if needed, then a watch) ended. */
+export interface RoundEnd {
+  /** 'closed': the server ended the watch; 'expired': 410 Gone (list or watch); 'failed': any other error. */
+  how: 'closed' | 'expired' | 'failed';
+  /** Events the watch delivered, bookmarks included (0 when the list or the watch request failed). */
+  events: number;
+  /** From sending the watch request to the end of the stream (0 when no watch was opened). */
+  watchMs: number;
+}
+
+/** Rounds since the last healthy watch that ended in 410 Gone, and that were short watches. */
+export interface Streaks {
+  readonly expired: number;
+  readonly short: number;
+}
+
+export const NO_STREAKS: Streaks = Object.freeze({ expired: 0, short: 0 });
+
+export interface Restart {
+  /** The watch was healthy: the backoff starts again from its initial delay. */
+  resetBackoff: boolean;
+  /** Start again from a full list. */
+  relist: boolean;
+  /** Wait out the next backoff delay before the next request. */
+  backoff: boolean;
+  streaks: Streaks;
+}
+
+/**
+ * What to do after a round. A watch is healthy when it delivered an event or when the server
+ * ended it cleanly after SHORT_WATCH_MS or more (its timeout). After a healthy watch the backoff
+ * starts over and the next watch is opened at once. A 410 Gone re-lists, at once when no 410
+ * came since the last healthy watch (the common case: one 410 after a long watch), after a
+ * backoff otherwise (a server that answers every watch from a fresh list with 410 would make
+ * the informer list in a tight loop). A short watch, and any other error, retries the watch from
+ * the same resourceVersion after a backoff.
+ */
+export function planRestart(end: RoundEnd, before: Streaks): Restart {
+  const healthy = end.events > 0 || (end.how === 'closed' && end.watchMs >= SHORT_WATCH_MS);
+  const streaks = healthy ? NO_STREAKS : before;
+  switch (end.how) {
+    case 'closed':
+      return healthy
+        ? { resetBackoff: true, relist: false, backoff: false, streaks }
+        : {
+            resetBackoff: false,
+            relist: false,
+            backoff: true,
+            streaks: { ...streaks, short: streaks.short + 1 },
+          };
+    case 'expired':
+      return {
+        resetBackoff: healthy,
+        relist: true,
+        backoff: streaks.expired > 0,
+        streaks: { ...streaks, expired: streaks.expired + 1 },
+      };
+    case 'failed':
+      return { resetBackoff: healthy, relist: false, backoff: true, streaks };
+  }
+}
+
+/** The watch of the current round: when its request was sent, how many events it delivered. */
+interface WatchRound {
+  startedAt: number | undefined;
+  events: number;
+}
+
+/**
  * Keeps a local cache of one resource in sync with the apiserver: a paginated list, then a watch
  * with bookmarks from the last resourceVersion; a re-list on 410 Gone; a watchdog for silent
- * streams; reconnects with exponential backoff and jitter.
+ * streams; reconnects with exponential backoff and jitter (see planRestart).
  */
 export class Informer<T extends KubeObject> implements Lister<T> {
   private readonly store = new Map<string, DeepReadonly<T>>();
@@ -393,35 +476,78 @@ export class Informer<T extends KubeObject> implements Lister<T> {
   }
 
   private async run(signal: AbortSignal): Promise<void> {
+    let streaks = NO_STREAKS;
     while (!signal.aborted) {
+      const watch: WatchRound = { startedAt: undefined, events: 0 };
+      let err: unknown;
       try {
         if (this.resourceVersion === undefined) await this.relist(signal);
-        await this.watchOnce(signal);
-      } catch (err) {
-        if (isAborted(signal)) break;
-        const reason = err instanceof Error && 'reason' in err ? String(err.reason) : 'Error';
-        this.metrics?.watchErrors.inc({ name: this.name, reason: reason === '' ? 'Error' : reason });
-        if (err instanceof GoneError) {
-          // Our resourceVersion is older than what the server keeps: start over from a full list.
-          this.log.info('resourceVersion expired, re-listing', { resourceVersion: this.resourceVersion });
-          this.resourceVersion = undefined;
-          continue;
-        }
-        const delay = this.backoff.next();
-        // One failure is routine (a watch connection dropped); the outage log warns on repeats.
-        this.log.verbose('list/watch failed, retrying', { err, retryInMs: Math.round(delay) });
-        this.outage.failure(err);
-        this.sleepAbort = new AbortController();
-        const onAbort = (): void => this.sleepAbort?.abort();
-        signal.addEventListener('abort', onAbort, { once: true });
-        try {
-          await this.clock.sleep(delay, this.sleepAbort.signal);
-        } catch {
-          // stopped while waiting
-        } finally {
-          signal.removeEventListener('abort', onAbort);
-        }
+        await this.watchOnce(signal, watch);
+      } catch (e) {
+        err = e;
       }
+      if (isAborted(signal)) break;
+      const end: RoundEnd = {
+        how: err === undefined ? 'closed' : err instanceof GoneError ? 'expired' : 'failed',
+        events: watch.events,
+        watchMs: watch.startedAt === undefined ? 0 : this.clock.now() - watch.startedAt,
+      };
+      const plan = planRestart(end, streaks);
+      streaks = plan.streaks;
+      if (plan.resetBackoff) this.backoff.reset();
+      const delay = plan.backoff ? this.backoff.next() : 0;
+      this.report(end, err, plan, delay);
+      // After a 410 our resourceVersion is older than what the server keeps: start over from a list.
+      if (plan.relist) this.resourceVersion = undefined;
+      if (plan.backoff) await this.pause(delay, signal);
+    }
+  }
+
+  /** Metrics and log lines for a round that did not end with a healthy watch the server closed. */
+  private report(end: RoundEnd, err: unknown, plan: Restart, delayMs: number): void {
+    if (end.how === 'closed' && !plan.backoff) return;
+    const reason = end.how === 'closed' ? 'ShortWatch' : errorReason(err);
+    this.metrics?.watchErrors.inc({ name: this.name, reason });
+    const retryInMs = Math.round(delayMs);
+    const resourceVersion = this.resourceVersion;
+    switch (end.how) {
+      case 'failed':
+        // One failure is routine (a watch connection dropped); the outage log warns on repeats.
+        this.log.verbose('list/watch failed, retrying', { err, retryInMs });
+        this.outage.failure(err);
+        return;
+      case 'expired':
+        if (plan.backoff) {
+          this.log.warn('resourceVersion expired again, re-listing after a backoff', {
+            resourceVersion,
+            inARow: plan.streaks.expired,
+            retryInMs,
+          });
+        } else {
+          this.log.info('resourceVersion expired, re-listing', { resourceVersion });
+        }
+        return;
+      case 'closed': {
+        // The list and watch requests succeeded: no failure for the outage log, which counts those.
+        const msg = 'watch ended at once without an event, retrying after a backoff';
+        const fields = { inARow: plan.streaks.short, retryInMs };
+        if (plan.streaks.short > 1) this.log.warn(msg, fields);
+        else this.log.verbose(msg, fields);
+      }
+    }
+  }
+
+  /** Waits out a backoff delay; stop() and retryNow() end the wait early. */
+  private async pause(ms: number, signal: AbortSignal): Promise<void> {
+    this.sleepAbort = new AbortController();
+    const onAbort = (): void => this.sleepAbort?.abort();
+    signal.addEventListener('abort', onAbort, { once: true });
+    try {
+      await this.clock.sleep(ms, this.sleepAbort.signal);
+    } catch {
+      // stopped or told to retry now
+    } finally {
+      signal.removeEventListener('abort', onAbort);
     }
   }
 
@@ -465,10 +591,12 @@ export class Informer<T extends KubeObject> implements Lister<T> {
     }
   }
 
-  private async watchOnce(signal: AbortSignal): Promise<void> {
+  private async watchOnce(signal: AbortSignal, round: WatchRound): Promise<void> {
     const base = this.opts.watchTimeoutSeconds ?? 300;
     const timeoutSeconds = Math.round(base * (1 + Math.random()));
     this.metrics?.watches.inc({ name: this.name });
+    // From the request on: a proxy may hold back the response headers until the first event.
+    round.startedAt = this.clock.now();
     const stream = await this.opts.client.watch<T>(this.opts.resource, {
       ...(this.opts.namespace === undefined ? {} : { namespace: this.opts.namespace }),
       ...(this.opts.labelSelector === undefined ? {} : { labelSelector: this.opts.labelSelector }),
@@ -480,12 +608,10 @@ export class Informer<T extends KubeObject> implements Lister<T> {
       signal,
     });
     this.outage.success();
-    let events = 0;
     for await (const ev of stream) {
       if (signal.aborted) break;
       this.handleEvent(ev);
-      events++;
-      if (events === 1) this.backoff.reset();
+      round.events++;
     }
   }
 

@@ -1,3 +1,5 @@
+import http from 'node:http';
+import https from 'node:https';
 import net from 'node:net';
 
 /**
@@ -85,6 +87,134 @@ export class FaultProxy {
 
   async stop(): Promise<void> {
     this.cut();
+    await new Promise<void>((resolve) => {
+      if (this.server === undefined) resolve();
+      else
+        this.server.close(() => {
+          resolve();
+        });
+    });
+  }
+}
+
+/** What HttpFaultProxy does with watch requests. */
+export type WatchFault =
+  /** Forward them. */
+  | 'none'
+  /** Answer 410 Gone (reason Expired), as an apiserver does for a resourceVersion it no longer has. */
+  | 'gone'
+  /** Answer 200 and end the stream at once, without an event. */
+  | 'close';
+
+/** One request the HTTP proxy saw. */
+export interface ProxiedRequest {
+  method: string;
+  path: string;
+  watch: boolean;
+}
+
+/**
+ * An HTTP proxy on loopback in front of the apiserver's HTTPS port, for faults a TCP proxy cannot
+ * make because they are about requests: it can answer every watch with 410 Gone or end it at once
+ * (see WatchFault), and it records every request it sees. Clients speak plain HTTP to it with their
+ * usual bearer token, which it passes on to the apiserver over TLS.
+ */
+export class HttpFaultProxy {
+  private server: http.Server | undefined;
+  private fault: WatchFault = 'none';
+  /** Watch streams being forwarded, so that a new fault also ends the ones already open. */
+  private readonly openWatches = new Set<() => void>();
+  readonly requests: ProxiedRequest[] = [];
+  port = 0;
+
+  constructor(
+    private readonly target: URL,
+    /** The apiserver's CA (PEM). */
+    private readonly ca: string | Buffer,
+  ) {}
+
+  async start(): Promise<number> {
+    this.server = http.createServer((req, res) => {
+      this.handle(req, res);
+    });
+    await new Promise<void>((resolve) => this.server?.listen(0, '127.0.0.1', resolve));
+    const addr = this.server.address();
+    if (addr === null || typeof addr === 'string') throw new Error('proxy has no port');
+    this.port = addr.port;
+    return this.port;
+  }
+
+  /** Sets what happens to watches from now on, and ends (cleanly) the watches being forwarded. */
+  setWatchFault(fault: WatchFault): void {
+    this.fault = fault;
+    for (const end of [...this.openWatches]) end();
+  }
+
+  /** Watch streams being forwarded now. */
+  watchesOpen(): number {
+    return this.openWatches.size;
+  }
+
+  /** Requests seen since index `from` (an earlier requests.length), by kind. */
+  countSince(from: number): { lists: number; watches: number } {
+    const seen = this.requests.slice(from).filter((r) => r.method === 'GET');
+    return { lists: seen.filter((r) => !r.watch).length, watches: seen.filter((r) => r.watch).length };
+  }
+
+  private handle(req: http.IncomingMessage, res: http.ServerResponse): void {
+    const url = new URL(req.url ?? '/', 'http://proxy');
+    const watch = ['true', '1'].includes(url.searchParams.get('watch') ?? '');
+    this.requests.push({ method: req.method ?? '', path: url.pathname, watch });
+    if (watch && this.fault === 'gone') {
+      const status = {
+        kind: 'Status',
+        apiVersion: 'v1',
+        metadata: {},
+        status: 'Failure',
+        message: 'too old resource version (injected by the test proxy)',
+        reason: 'Expired',
+        code: 410,
+      };
+      res.writeHead(410, { 'Content-Type': 'application/json' });
+      res.end(JSON.stringify(status));
+      return;
+    }
+    if (watch && this.fault === 'close') {
+      res.writeHead(200, { 'Content-Type': 'application/json', 'Transfer-Encoding': 'chunked' });
+      res.end();
+      return;
+    }
+    const upstream = https.request(
+      {
+        host: this.target.hostname,
+        port: this.target.port,
+        method: req.method,
+        path: req.url,
+        headers: { ...req.headers, host: this.target.host },
+        ca: this.ca,
+      },
+      (up) => {
+        res.writeHead(up.statusCode ?? 502, up.headers);
+        up.pipe(res);
+        if (!watch) return;
+        const end = (): void => {
+          this.openWatches.delete(end);
+          up.unpipe(res);
+          res.end();
+          upstream.destroy();
+        };
+        this.openWatches.add(end);
+        res.on('close', () => this.openWatches.delete(end));
+      },
+    );
+    upstream.on('error', () => res.destroy());
+    res.on('close', () => upstream.destroy());
+    req.pipe(upstream);
+  }
+
+  async stop(): Promise<void> {
+    for (const end of [...this.openWatches]) end();
+    this.server?.closeAllConnections();
     await new Promise<void>((resolve) => {
       if (this.server === undefined) resolve();
       else

@@ -10,7 +10,7 @@ import { CoreResources } from '../../lib/kube/resources.js';
 import { nullLogger } from '../../lib/observability/logger.js';
 import { newRegistry } from '../../lib/observability/metrics.js';
 import { startControlPlane, type ControlPlane } from '../harness/controlplane.js';
-import { FaultProxy } from '../harness/proxy.js';
+import { FaultProxy, HttpFaultProxy } from '../harness/proxy.js';
 import { until } from './env/until.js';
 
 interface ConfigMap extends KubeObject {
@@ -245,6 +245,85 @@ describe('informer against a real kube-apiserver', function () {
         finalStateUnknownDeletes,
         'deletes missed while disconnected are delivered as final-state deletes',
       ).to.be.greaterThan(0);
+    } finally {
+      await informer.stop();
+      client.close();
+      await proxy.stop();
+    }
+  });
+
+  it('backs off instead of re-listing or re-watching back to back when every watch gets 410 Gone or ends at once, and catches up when watches work again', async () => {
+    const ns = 'informer-pacing';
+    await cp.request('POST', '/api/v1/namespaces', {
+      apiVersion: 'v1',
+      kind: 'Namespace',
+      metadata: { name: ns },
+    });
+    const caData = cp.kubeConfig.getCurrentCluster()?.caData;
+    if (caData === undefined) throw new Error('the harness kubeconfig has no CA data');
+    const proxy = new HttpFaultProxy(new URL(cp.server), Buffer.from(caData, 'base64'));
+    const proxyPort = await proxy.start();
+    const client = new KubeClient({
+      kubeConfig: kubeConfigFor(cp, `http://127.0.0.1:${proxyPort}`),
+      qps: 1000,
+      burst: 1000,
+    });
+    // The default backoff: 800 ms doubling to 30 s, plus up to 100 %.
+    const informer = new Informer<ConfigMap>({
+      client,
+      resource: CoreResources.configMaps,
+      namespace: ns,
+      logger: nullLogger,
+    });
+    /** The requests the informer sends through the proxy in 6 s. */
+    const requestsIn6s = async (): Promise<{ lists: number; watches: number }> => {
+      const from = proxy.requests.length;
+      await new Promise((r) => setTimeout(r, 6000));
+      return proxy.countSince(from);
+    };
+    /**
+     * Waits for the informer's watch to be open, creates a ConfigMap and waits until the informer
+     * has it: the watch delivers an event, so it counts as healthy (the backoff starts over).
+     */
+    const seesNew = async (name: string): Promise<void> => {
+      await until('a watch forwarded by the proxy', () => proxy.watchesOpen() > 0, 60_000);
+      await writer.create<ConfigMap>(CoreResources.configMaps, {
+        apiVersion: 'v1',
+        kind: 'ConfigMap',
+        metadata: { name, namespace: ns },
+      });
+      await until(
+        `the informer seeing ConfigMap ${name}`,
+        () => informer.get(ns, name) !== undefined,
+        60_000,
+      );
+    };
+    try {
+      // 1. Every watch gets 410 Gone. Back to back, list and watch would come by the thousand in
+      //    6 s; with the backoff: one re-list at once, then after 0.8–1.6 s, 1.6–3.2 s, 3.2–6.4 s.
+      proxy.setWatchFault('gone');
+      informer.start();
+      await informer.waitForSync();
+      const gone = await requestsIn6s();
+      expect(gone.lists, `lists in 6 s of 410s (${gone.watches} watches)`).to.be.within(1, 10);
+      expect(gone.watches, 'watches in 6 s of 410s').to.be.at.most(10);
+
+      // 2. Watches work again; retryNow ends the backoff wait, as after an API-server outage.
+      proxy.setWatchFault('none');
+      informer.retryNow();
+      await seesNew('after-gone');
+
+      // 3. The open watch ends (it delivered an event: the next one is opened at once) and every
+      //    watch after it ends at once without an event: re-watches from the same resourceVersion
+      //    after 0.8–1.6 s, 1.6–3.2 s, 3.2–6.4 s, and no re-list.
+      proxy.setWatchFault('close');
+      const closed = await requestsIn6s();
+      expect(closed.watches, 'watches in 6 s of watches ended at once').to.be.within(1, 10);
+      expect(closed.lists, 're-lists while watches end at once').to.equal(0);
+
+      proxy.setWatchFault('none');
+      informer.retryNow();
+      await seesNew('after-close');
     } finally {
       await informer.stop();
       client.close();
