@@ -66,6 +66,8 @@ async function build(): Promise<number> {
       ...STORE,
       'bud',
       '--layers',
+      // A failed step's working container is removed too (it would stay mounted).
+      '--force-rm',
       '--isolation',
       'chroot',
       '--network',
