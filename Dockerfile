@@ -2,7 +2,10 @@
 # machine-controller-manager image: the compiled manager and its production dependencies only.
 #   docker build -t machine-controller-manager-ts:0.1.0 .
 #   docker run --rm machine-controller-manager-ts:0.1.0 --help
-ARG NODE_IMAGE=node:22-bookworm-slim
+# The official node:22-bookworm-slim image index (all platforms), pinned by digest: Node 22.23.3,
+# built 2026-09-23, as listed in docker-library/repo-info (repos/node/remote/22-bookworm-slim.md).
+# Update deliberately: take the new index digest from there and rebuild.
+ARG NODE_IMAGE=node:22-bookworm-slim@sha256:43ac6c60b8f89723f746e8a92ce91abd5017e627ce1ddfe4238355d3a30b772c
 
 # 1. Compile: every dependency (TypeScript included), then tsc for the manager and lib/ only.
 FROM ${NODE_IMAGE} AS build
@@ -21,9 +24,13 @@ WORKDIR /app
 COPY package.json package-lock.json ./
 RUN npm ci --omit=dev --no-audit --no-fund --ignore-scripts && npm cache clean --force
 
-# 3. Runtime: no compiler, no dev dependencies, no npm cache; runs as the image's non-root user.
+# 3. Runtime: no compiler, no dev dependencies, no package manager; runs as the image's non-root
+# user. The base image's npm, npx, corepack and yarn go (nothing installs at run time), node stays.
 FROM ${NODE_IMAGE}
 ENV NODE_ENV=production
+RUN rm -rf /usr/local/lib/node_modules/npm /usr/local/lib/node_modules/corepack \
+      /usr/local/bin/npm /usr/local/bin/npx /usr/local/bin/corepack \
+      /opt/yarn-v* /usr/local/bin/yarn /usr/local/bin/yarnpkg
 WORKDIR /app
 COPY --from=deps /app/node_modules ./node_modules
 COPY --from=build /out/ ./

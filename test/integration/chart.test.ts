@@ -12,7 +12,7 @@ import { allCRDs } from '../../lib/api/crds.js';
 import { usage } from '../../lib/config.js';
 import { startControlPlane, type ControlPlane } from '../harness/controlplane.js';
 import { freePort } from '../harness/process.js';
-import { repoRoot } from '../harness/tools.js';
+import { binaryPath, repoRoot } from '../harness/tools.js';
 import { CHART_DIR, Helm, findDoc, metricNamesIn, parseManifests, type K8sDoc } from './env/chart.js';
 import { until } from './env/until.js';
 
@@ -327,26 +327,49 @@ describe('Helm chart charts/machine-controller-manager', function () {
       const verbsOf = (rs: Rule[], resource: string): string[] =>
         rs.filter((r) => r.resources.includes(resource)).flatMap((r) => r.verbs);
 
+      // Defaults: no virtual provider (no Node creation), bootstrap tokens narrowed by the policy.
       const control = parseManifests(await helm.template(RELEASE, NS));
-      expect(verbsOf(rules(control, 'ClusterRole', '-target'), 'nodes')).to.include('create');
+      expect(verbsOf(rules(control, 'ClusterRole', '-target'), 'nodes')).to.not.include('create');
       expect(verbsOf(rules(control, 'Role', '-bootstrap-tokens'), 'secrets')).to.have.members([
         'get',
         'create',
         'delete',
       ]);
       expect(verbsOf(rules(control, 'Role', FULLNAME), 'configmaps')).to.deep.equal([]);
+      const policy = findDoc(control, 'ValidatingAdmissionPolicy', '-bootstrap-tokens');
+      expect(JSON.stringify(policy.spec)).to.contain(`system:serviceaccount:${NS}:${FULLNAME}`);
+      expect(findDoc(control, 'ValidatingAdmissionPolicyBinding', '-bootstrap-tokens').spec).to.deep.include({
+        policyName: `${FULLNAME}-bootstrap-tokens`,
+        validationActions: ['Deny'],
+      });
 
-      const noVirtual = parseManifests(
-        await helm.template(RELEASE, NS, ['--set', 'rbac.virtualProvider=false,rbac.bootstrapTokens=false']),
+      const virtual = parseManifests(
+        await helm.template(RELEASE, NS, ['--set', 'rbac.virtualProvider=true']),
       );
-      expect(verbsOf(rules(noVirtual, 'ClusterRole', '-target'), 'nodes')).to.not.include('create');
-      expect(noVirtual.filter((d) => d.metadata.name.endsWith('-bootstrap-tokens'))).to.deep.equal([]);
+      expect(verbsOf(rules(virtual, 'ClusterRole', '-target'), 'nodes')).to.include('create');
+
+      const noTokens = parseManifests(
+        await helm.template(RELEASE, NS, ['--set', 'rbac.bootstrapTokens=false']),
+      );
+      expect(noTokens.filter((d) => d.metadata.name.endsWith('-bootstrap-tokens'))).to.deep.equal([]);
+      const noPolicy = parseManifests(
+        await helm.template(RELEASE, NS, ['--set', 'rbac.bootstrapTokenPolicy=false']),
+      );
+      expect(noPolicy.filter((d) => d.kind.startsWith('ValidatingAdmissionPolicy'))).to.deep.equal([]);
+      expect(findDoc(noPolicy, 'Role', '-bootstrap-tokens').kind).to.equal('Role');
 
       const none = parseManifests(await helm.template(RELEASE, NS, ['--set', 'targetCluster.mode=none']));
-      expect(none.filter((d) => d.kind === 'ClusterRole' || d.kind === 'ClusterRoleBinding')).to.deep.equal(
-        [],
+      expect(
+        none.filter(
+          (d) =>
+            d.kind === 'ClusterRole' || d.kind === 'ClusterRoleBinding' || d.kind.startsWith('Validating'),
+        ),
+      ).to.deep.equal([]);
+      expect(verbsOf(rules(none, 'Role', FULLNAME), 'configmaps')).to.deep.equal([]);
+      const noneVirtual = parseManifests(
+        await helm.template(RELEASE, NS, ['--set', 'targetCluster.mode=none,rbac.virtualProvider=true']),
       );
-      expect(verbsOf(rules(none, 'Role', FULLNAME), 'configmaps')).to.have.members([
+      expect(verbsOf(rules(noneVirtual, 'Role', FULLNAME), 'configmaps')).to.have.members([
         'get',
         'list',
         'watch',
@@ -495,7 +518,9 @@ describe('Helm chart charts/machine-controller-manager', function () {
         NS,
         '--create-namespace',
         '--set',
-        'grpc.nodeGroups[0].name=workers,grpc.nodeGroups[0].min=1,grpc.nodeGroups[0].max=4',
+        // The manager test below runs machines of the built-in virtual provider.
+        'rbac.virtualProvider=true,' +
+          'grpc.nodeGroups[0].name=workers,grpc.nodeGroups[0].min=1,grpc.nodeGroups[0].max=4',
       ]);
       expect(install.code, install.stderr).to.equal(0);
       const manifest = await helmK.run(['get', 'manifest', RELEASE, '--namespace', NS]);
@@ -509,6 +534,8 @@ describe('Helm chart charts/machine-controller-manager', function () {
         'RoleBinding',
         'ClusterRole',
         'ClusterRoleBinding',
+        'ValidatingAdmissionPolicy',
+        'ValidatingAdmissionPolicyBinding',
         'Service',
         'Deployment',
       ]);
@@ -737,6 +764,58 @@ describe('Helm chart charts/machine-controller-manager', function () {
       expect(wrong).to.deep.equal([]);
     });
 
+    it('the admission policy lets the ServiceAccount create and delete only bootstrap token Secrets in kube-system', async () => {
+      const as = [`--as=${SA}`, ...SA_GROUPS.map((g) => `--as-group=${g}`)];
+      const secret = (name: string, type: string): string =>
+        JSON.stringify({
+          apiVersion: 'v1',
+          kind: 'Secret',
+          metadata: { name, namespace: 'kube-system' },
+          type,
+          stringData: { 'token-id': 'abc123', 'token-secret': '0123456789abcdef' },
+        });
+      const other = await kubectl([
+        'create',
+        'secret',
+        'generic',
+        'mcm-other',
+        '-n',
+        'kube-system',
+        '--from-literal=k=v',
+      ]);
+      expect(other.code, other.stderr).to.equal(0);
+      try {
+        // RBAC alone allows each of these; the policy refuses them.
+        for (const [what, args, stdin] of [
+          ['create an Opaque Secret', ['create', '-f', '-'], secret('bootstrap-token-abc124', 'Opaque')],
+          [
+            'create a token Secret of another name',
+            ['create', '-f', '-'],
+            secret('not-a-token', 'bootstrap.kubernetes.io/token'),
+          ],
+          ['delete another Secret', ['delete', 'secret', 'mcm-other', '-n', 'kube-system'], undefined],
+        ] as [string, string[], string | undefined][]) {
+          const r = await kubectl([...args, ...as], stdin);
+          expect(r.code, `${what} was allowed`).to.not.equal(0);
+          expect(r.stderr, what).to.contain('may only write and delete bootstrap token Secrets');
+        }
+        // What the manager does with a machine's token.
+        const name = 'bootstrap-token-abc123';
+        const created = await kubectl(
+          ['create', '-f', '-', ...as],
+          secret(name, 'bootstrap.kubernetes.io/token'),
+        );
+        expect(created.code, created.stderr).to.equal(0);
+        const read = await kubectl(['get', 'secret', name, '-n', 'kube-system', '-o', 'name', ...as]);
+        expect(read.code, read.stderr).to.equal(0);
+        const deleted = await kubectl(['delete', 'secret', name, '-n', 'kube-system', ...as]);
+        expect(deleted.code, deleted.stderr).to.equal(0);
+        expect((await kubectl(['get', 'secret', 'mcm-other', '-n', 'kube-system'])).code).to.equal(0);
+      } finally {
+        await kubectl(['delete', 'secret', 'mcm-other', '-n', 'kube-system', '--ignore-not-found']);
+      }
+    });
+
     it('the manager runs as the ServiceAccount with the rendered flags: machines become Running and are deleted, nothing is forbidden', async () => {
       const token = await kubectl(['create', 'token', FULLNAME, '-n', NS, '--duration=1h']);
       expect(token.code, token.stderr).to.equal(0);
@@ -793,6 +872,7 @@ describe('Helm chart charts/machine-controller-manager', function () {
       expect(args).to.include('--leader-elect=true');
 
       let log = '';
+      let stopTokenWatch = (): boolean => true;
       const child: ChildProcess = spawn(
         process.execPath,
         [path.join(repoRoot, 'dist', 'cmd', 'manager.js'), ...args],
@@ -814,13 +894,38 @@ describe('Helm chart charts/machine-controller-manager', function () {
           async () => (await httpGetText(`http://127.0.0.1:${metricsPort}/readyz`)).status === 200,
           60_000,
         );
+        // The user data asks for a bootstrap token, so each machine's token Secret is created in
+        // kube-system and deleted once its node joined, under the chart's Role and admission policy.
+        const tokens = spawn(
+          binaryPath('kubectl'),
+          [
+            `--kubeconfig=${cp.kubeconfigPath}`,
+            'get',
+            'secrets',
+            '-n',
+            'kube-system',
+            '--watch',
+            '-o',
+            'name',
+          ],
+          { stdio: ['ignore', 'pipe', 'ignore'] },
+        );
+        let tokenLog = '';
+        tokens.stdout.setEncoding('utf8').on('data', (d: string) => (tokenLog += d));
+        stopTokenWatch = () => tokens.kill('SIGTERM');
         await cp.applyYaml(
           [
+            'apiVersion: v1',
+            'kind: Secret',
+            'metadata: {name: workers-userdata}',
+            'stringData: {userData: "join --token <<BOOTSTRAP_TOKEN>> --name <<MACHINE_NAME>>"}',
+            '---',
             'apiVersion: machine.sapcloud.io/v1alpha1',
             'kind: MachineClass',
             'metadata: {name: virtual}',
             'provider: virtual',
             'providerSpec: {}',
+            `secretRef: {name: workers-userdata, namespace: ${NS}}`,
             '---',
             'apiVersion: machine.sapcloud.io/v1alpha1',
             'kind: MachineDeployment',
@@ -853,6 +958,17 @@ describe('Helm chart charts/machine-controller-manager', function () {
         );
         const nodes = await kubectl(['get', 'nodes', '-o', 'name']);
         expect(nodes.stdout.trim().split('\n')).to.have.length(2);
+        await until(
+          "the joined machines' bootstrap tokens deleted",
+          async () =>
+            !(await kubectl(['get', 'secrets', '-n', 'kube-system', '-o', 'name'])).stdout.includes(
+              'bootstrap-token-',
+            ),
+          30_000,
+        );
+        expect(tokenLog, 'no bootstrap token Secret was created').to.match(
+          /secret\/bootstrap-token-[0-9a-f]{6}/,
+        );
 
         if (grpc) {
           // The gRPC server took the chart's server certificate and accepts the chart's client
@@ -941,6 +1057,7 @@ describe('Helm chart charts/machine-controller-manager', function () {
           },
         );
       } finally {
+        stopTokenWatch();
         child.kill('SIGTERM');
         expect(await exited, 'manager exit code after SIGTERM').to.equal(0);
       }

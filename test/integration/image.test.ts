@@ -12,6 +12,7 @@ import { repoRoot } from '../harness/tools.js';
 import { run } from './env/chart.js';
 import {
   dockerContextFiles,
+  mapRunCommand,
   materializeContext,
   parseDockerfile,
   runDockerfileStages,
@@ -20,6 +21,20 @@ import {
 import { until } from './env/until.js';
 
 const DOCKERFILE = path.join(repoRoot, 'Dockerfile');
+
+/** What the official node images carry besides node: npm, npx, corepack and yarn (Node 22). */
+const PACKAGE_MANAGERS = [
+  '/usr/local/lib/node_modules/npm/package.json',
+  '/usr/local/lib/node_modules/corepack/package.json',
+  '/usr/local/bin/npm',
+  '/usr/local/bin/npx',
+  '/usr/local/bin/corepack',
+  '/opt/yarn-v1.22.22/bin/yarn',
+  '/usr/local/bin/yarn',
+  '/usr/local/bin/yarnpkg',
+];
+/** The official base image's layout, as far as the runtime stage acts on it. */
+const BASE_FILES = ['/usr/local/bin/node', ...PACKAGE_MANAGERS];
 
 function filesUnder(dir: string, skip: (rel: string) => boolean, rel = ''): string[] {
   const out: string[] = [];
@@ -35,11 +50,14 @@ function filesUnder(dir: string, skip: (rel: string) => boolean, rel = ''): stri
 describe('container image (Dockerfile)', function () {
   this.timeout(240_000);
 
-  it('is multi-stage: tsc in a build stage, npm ci --omit=dev, a slim Node LTS base, non-root, node dist/cmd/manager.js', () => {
+  it('is multi-stage: tsc in a build stage, npm ci --omit=dev, a slim Node LTS base pinned by digest, non-root, node dist/cmd/manager.js', () => {
     const { args, stages } = parseDockerfile(readFileSync(DOCKERFILE, 'utf8'));
     expect(stages.length).to.be.greaterThanOrEqual(2);
     const base = (from: string): string => from.replace(/\$\{(\w+)\}/g, (_m, k: string) => args[k] ?? '');
-    for (const s of stages) expect(base(s.from)).to.match(/^node:(20|22|24)-[a-z]+-slim$/);
+    for (const s of stages)
+      expect(base(s.from), 'the base image is a slim Node LTS image by the digest of its index').to.match(
+        /^node:(20|22|24)-[a-z]+-slim@sha256:[0-9a-f]{64}$/,
+      );
     const runs = stages.flatMap((s) => s.instructions.filter((i) => i.op === 'RUN').map((i) => i.args));
     expect(runs.some((r) => /\btsc\b/.test(r))).to.equal(true);
     expect(runs.some((r) => /npm ci\b.*--omit=dev/.test(r))).to.equal(true);
@@ -52,8 +70,13 @@ describe('container image (Dockerfile)', function () {
     expect(user, 'the runtime user must be numeric so runAsNonRoot can verify it').to.match(
       /^[1-9]\d*(:\d+)?$/,
     );
-    // The runtime stage compiles nothing and installs nothing: it only copies from earlier stages.
-    expect(final.instructions.filter((i) => i.op === 'RUN')).to.deep.equal([]);
+    // The runtime stage compiles nothing and installs nothing: it copies from earlier stages, and
+    // its only commands remove files, as root, before the USER switch.
+    const ops = final.instructions.map((i) => i.op);
+    for (const run of final.instructions.filter((i) => i.op === 'RUN')) {
+      expect(run.args, 'a RUN of the runtime stage').to.match(/^rm -rf( +\/[^\s;&|]+)+$/);
+      expect(ops.indexOf('USER'), 'the removal runs before USER').to.be.greaterThan(ops.indexOf('RUN'));
+    }
     for (const copy of final.instructions.filter((i) => i.op === 'COPY'))
       expect(copy.args).to.match(/--from=/);
     const names = stages.map((s) => s.name);
@@ -62,6 +85,14 @@ describe('container image (Dockerfile)', function () {
         const from = /--from=(\S+)/.exec(c.args)?.[1];
         if (from !== undefined) expect(names, `COPY --from=${from}`).to.include(from);
       }
+  });
+
+  it("the stage runner maps a RUN command's image paths into the stage and refuses any other absolute path", () => {
+    expect(mapRunCommand('rm -rf /usr/local/bin/npm /opt/yarn-v* && cp -r dist /out/', '/s')).to.equal(
+      'rm -rf /s/usr/local/bin/npm /s/opt/yarn-v* && cp -r dist /s/out/',
+    );
+    expect(() => mapRunCommand('rm -rf /usr/lib/node_modules/npm', '/s')).to.throw(/maps only/);
+    expect(() => mapRunCommand('cp x /etc/passwd', '/s')).to.throw(/maps only/);
   });
 
   it('.dockerignore keeps the build context to what the build reads', () => {
@@ -102,7 +133,7 @@ describe('container image (Dockerfile)', function () {
       scratch = mkdtempSync(path.join(tmpdir(), 'mcm-image-'));
       const context = path.join(scratch, 'context');
       materializeContext(repoRoot, context);
-      const stages = await runDockerfileStages(DOCKERFILE, context, path.join(scratch, 'stages'));
+      const stages = await runDockerfileStages(DOCKERFILE, context, path.join(scratch, 'stages'), BASE_FILES);
       const last = [...stages.values()].pop();
       if (last === undefined) throw new Error('no stage ran');
       runtime = last;
@@ -126,6 +157,12 @@ describe('container image (Dockerfile)', function () {
       ).to.deep.equal([]);
       expect(existsSync(path.join(app(), 'dist', 'cmd', 'dev.js'))).to.equal(false);
       expect(runtime.env.NODE_ENV).to.equal('production');
+    });
+
+    it('leaves no npm, npx, corepack or yarn of the base image in the runtime stage, and node', () => {
+      const left = PACKAGE_MANAGERS.filter((f) => existsSync(path.join(runtime.root, f)));
+      expect(left, 'package managers left in the runtime stage').to.deep.equal([]);
+      expect(existsSync(path.join(runtime.root, 'usr/local/bin/node'))).to.equal(true);
     });
 
     it('runs the entrypoint with --help', async () => {

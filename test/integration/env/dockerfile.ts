@@ -1,4 +1,4 @@
-import { cpSync, existsSync, mkdirSync, readFileSync, readdirSync, statSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, readFileSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 
 import { run } from './chart.js';
@@ -133,17 +133,40 @@ export interface StageResult {
   log: string;
 }
 
+/** Directories of an image a RUN command may name; the stage runner maps them into the stage root. */
+const STAGE_DIRS = ['src', 'app', 'out', 'usr/local', 'opt'];
+
+/**
+ * A RUN command with its absolute paths under STAGE_DIRS moved into the stage root. Any other
+ * absolute path is refused: it would act on this machine, not on the stage.
+ */
+export function mapRunCommand(command: string, root: string): string {
+  const dirs = STAGE_DIRS.map((d) => d.replace('/', '\\/')).join('|');
+  const mapped = command.replace(
+    new RegExp(`(^|[\\s=])\\/(${dirs})(?=[/\\s]|$)`, 'g'),
+    (_m, pre: string, dir: string) => `${pre}${path.join(root, dir)}`,
+  );
+  for (const m of mapped.matchAll(/(?:^|[\s=])(\/[^\s;&|]*)/g)) {
+    const p = m[1] ?? '';
+    if (!p.startsWith(`${root}/`) && p !== '/dev/null')
+      throw new Error(`RUN names ${p}: the stage runner maps only /${STAGE_DIRS.join(', /')} into a stage`);
+  }
+  return mapped;
+}
+
 /**
  * Runs the Dockerfile's stages on this machine without a container runtime: each stage gets its
  * own directory as its filesystem root, WORKDIR/COPY/ENV/USER/ENTRYPOINT are applied to it, and
- * RUN commands run with sh in the stage's working directory, their absolute paths under the
- * stage's directories (/src, /app, /out) mapped into the stage root. The base image is this
- * machine's Node.js, not the image's.
+ * RUN commands run with sh in the stage's working directory, their absolute paths mapped into the
+ * stage root (mapRunCommand). The base image is this machine's Node.js, not the image's; a stage
+ * FROM the base image starts with the files baseFiles lists (absolute paths, created empty), a
+ * stand-in for the base image's layout.
  */
 export async function runDockerfileStages(
   dockerfile: string,
   context: string,
   scratch: string,
+  baseFiles: string[] = [],
 ): Promise<Map<string, StageResult>> {
   const { stages } = parseDockerfile(readFileSync(dockerfile, 'utf8'));
   const results = new Map<string, StageResult>();
@@ -151,6 +174,10 @@ export async function runDockerfileStages(
     const key = stage.name ?? `stage-${i}`;
     const root = path.join(scratch, key);
     mkdirSync(root, { recursive: true });
+    for (const f of results.has(stage.from) ? [] : baseFiles) {
+      mkdirSync(path.dirname(path.join(root, f)), { recursive: true });
+      writeFileSync(path.join(root, f), '');
+    }
     const res: StageResult = { root, workdir: '/', env: {}, user: undefined, entrypoint: undefined, log: '' };
     const inRoot = (p: string): string =>
       path.join(root, path.posix.isAbsolute(p) ? p : path.posix.join(res.workdir, p));
@@ -201,12 +228,7 @@ export async function runDockerfileStages(
           break;
         }
         case 'RUN': {
-          const command = ins.args.replace(
-            /(^|[\s=])\/(src|app|out)(?=[/\s]|$)/g,
-            (_m, pre: string, dir: string) => {
-              return `${pre}${path.join(root, dir)}`;
-            },
-          );
+          const command = mapRunCommand(ins.args, root);
           const r = await run('sh', ['-ec', command], {
             cwd: inRoot(res.workdir),
             env: { ...process.env, ...res.env, npm_config_prefer_offline: 'true' },
