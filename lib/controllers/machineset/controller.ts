@@ -204,6 +204,15 @@ export class MachineSetController {
         );
       }
     } else if (machines.length === 0) {
+      // Machines created a moment ago may not be in the cache yet: the set must not go before
+      // they show up (and are deleted), or they would be left without an owner.
+      if (!this.expectations.satisfied(key)) {
+        log.debug(
+          'deleted, but waiting for its own creations to show up in the cache',
+          this.expectations.pending(key),
+        );
+        return { requeueAfter: Math.max(1000, this.expectations.expiresIn(key) + 1) };
+      }
       if ((ms.metadata.finalizers ?? []).includes(Finalizer.MachineControllerManager)) {
         await removeFinalizer(this.ctx.client, MachineSetResource, ms, Finalizer.MachineControllerManager);
       }

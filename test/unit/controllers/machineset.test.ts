@@ -3,11 +3,13 @@ import { expect } from 'chai';
 import type { Machine, MachineSet } from '../../../lib/api/types.js';
 import { MachineResource, MachineSetResource } from '../../../lib/api/types.js';
 import { rfc3339 } from '../../../lib/controllers/conditions.js';
+import { EXPECTATIONS_TTL_MS } from '../../../lib/controllers/expectations.js';
 import { compareForDeletion } from '../../../lib/controllers/machines.js';
 import { MachineSetController } from '../../../lib/controllers/machineset/controller.js';
 import { planReplicas, slowStartBatch } from '../../../lib/controllers/machineset/replicas.js';
 import { ConflictError, InvalidError, UnavailableError } from '../../../lib/kube/errors.js';
 import { nullLogger } from '../../../lib/observability/logger.js';
+import { eventually } from '../helpers/eventually.js';
 import { NS, machine, machineSet } from './builders.js';
 import { ControllerTestEnv } from './env.js';
 
@@ -518,6 +520,63 @@ describe('MachineSetController.reconcile', () => {
       (err: unknown) => err,
     );
     expect((error as Error | undefined)?.cause).to.equal(refused);
+  });
+
+  /**
+   * Creates `replicas` machines while the machine watch lags, then deletes the set; only the
+   * MachineSet watch catches up, so the cache shows the deleted set but none of its new machines.
+   */
+  async function deleteWhileCreationsUnseen(replicas: number): Promise<void> {
+    const ms = machineSet('ms', replicas);
+    ms.metadata.finalizers = ['machine.sapcloud.io/machine-controller-manager'];
+    await setup(ms);
+    env.api.holdWatches();
+    await controller.reconcile(`${NS}/ms`, ctxFor);
+    expect(env.api.writes().filter((w) => w.verb === 'create')).to.have.length(replicas);
+    await env.api.delete(MachineSetResource, 'ms', { namespace: NS });
+    env.api.releaseWatches(MachineSetResource);
+    await eventually(
+      () => env.informers.machineSets.get(NS, 'ms')?.metadata.deletionTimestamp !== undefined,
+      'the cache shows the set being deleted',
+    );
+    expect(env.informers.machines.size(), 'its machines are not in the cache yet').to.equal(0);
+  }
+
+  it('keeps its finalizer while being deleted until its own creations show up in the cache, then deletes them', async () => {
+    await deleteWhileCreationsUnseen(2);
+    const result = await controller.reconcile(`${NS}/ms`, ctxFor);
+    expect(env.api.peek<MachineSet>(MachineSetResource, 'ms', NS)?.metadata.finalizers).to.deep.equal([
+      'machine.sapcloud.io/machine-controller-manager',
+    ]);
+    expect(result.requeueAfter, 'looks again by the time the expectations expire').to.be.within(
+      1000,
+      EXPECTATIONS_TTL_MS + 1,
+    );
+
+    env.api.releaseWatches();
+    await env.settle();
+    const created = owned('ms').map((m) => m.metadata.name);
+    expect(created).to.have.length(2);
+    await controller.reconcile(`${NS}/ms`, ctxFor);
+    expect(
+      env.api
+        .writes()
+        .filter((w) => w.verb === 'delete' && w.resource.startsWith('machines.'))
+        .map((w) => w.name)
+        .sort(),
+    ).to.deep.equal(created.sort());
+    expect(env.api.peek<MachineSet>(MachineSetResource, 'ms', NS), 'still there for them').to.not.equal(
+      undefined,
+    );
+  });
+
+  it('removes its finalizer while being deleted once unseen creations expire (a lost watch event)', async () => {
+    await deleteWhileCreationsUnseen(1);
+    await controller.reconcile(`${NS}/ms`, ctxFor);
+    expect(env.api.peek<MachineSet>(MachineSetResource, 'ms', NS)).to.not.equal(undefined);
+    await env.clock.advance(EXPECTATIONS_TTL_MS + 1);
+    await controller.reconcile(`${NS}/ms`, ctxFor);
+    expect(env.api.peek<MachineSet>(MachineSetResource, 'ms', NS)).to.equal(undefined);
   });
 
   it('deletes all its machines when deleted, then removes its finalizer', async () => {
