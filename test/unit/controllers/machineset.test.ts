@@ -8,7 +8,7 @@ import { compareForDeletion } from '../../../lib/controllers/machines.js';
 import { MachineSetController } from '../../../lib/controllers/machineset/controller.js';
 import { planReplicas, slowStartBatch } from '../../../lib/controllers/machineset/replicas.js';
 import { ConflictError, InvalidError, UnavailableError } from '../../../lib/kube/errors.js';
-import { nullLogger } from '../../../lib/observability/logger.js';
+import { CapturingLogger, nullLogger } from '../../../lib/observability/logger.js';
 import { eventually } from '../helpers/eventually.js';
 import { NS, machine, machineSet } from './builders.js';
 import { ControllerTestEnv } from './env.js';
@@ -366,6 +366,108 @@ describe('MachineSetController.reconcile', () => {
       'Terminating',
     );
     expect(env.recorder.reasons().filter((r) => r === 'SuccessfulDelete')).to.have.length(2);
+  });
+
+  describe('marking the machines it deletes Terminating', () => {
+    const MACHINE_CONTROLLER_STATUS = {
+      currentStatus: { phase: 'Terminating' },
+      deletionStep: 'DrainNode',
+      lastOperation: { type: 'Delete', state: 'Processing', description: 'Drain of node n waits' },
+    };
+    const isMark = (w: { verb: string; subresource?: string | undefined; body?: unknown }): boolean =>
+      w.verb === 'patch' &&
+      w.subresource === 'status' &&
+      (w.body as Machine).status?.lastOperation?.description === 'Deleting machine from cloud provider';
+
+    /** Writes what the machine controller's first deletion pass writes, once, when `when` holds. */
+    function machineControllerWrites(
+      name: string,
+      when: (a: { verb: string; name?: string | undefined; subresource?: string | undefined }) => boolean,
+    ): void {
+      let done = false;
+      env.api.react((a) => {
+        if (done || a.name !== name || !a.resource.startsWith('machines.') || !when(a)) return undefined;
+        done = true;
+        void env.api.patch(
+          MachineResource,
+          name,
+          { status: MACHINE_CONTROLLER_STATUS },
+          { type: 'merge', namespace: NS, subresource: 'status' },
+        );
+        return undefined;
+      });
+    }
+
+    async function scaleDownOne(): Promise<void> {
+      const ms = machineSet('ms', 1);
+      await setup(
+        ms,
+        machine('keep', { owner: ms, created: '2026-11-21T00:00:00Z' }),
+        machine('go', { owner: ms, annotations: { 'machinepriority.machine.sapcloud.io': '1' } }),
+      );
+    }
+
+    it('makes the mark conditional on the resourceVersion its DELETE returned', async () => {
+      await scaleDownOne();
+      const seen: { rv?: string | undefined; precondition?: string | undefined }[] = [];
+      env.api.react((a) => {
+        if (isMark(a)) {
+          seen.push({
+            rv: env.api.peek<Machine>(MachineResource, 'go', NS)?.metadata.resourceVersion,
+            precondition: (a.body as Machine).metadata.resourceVersion,
+          });
+        }
+        return undefined;
+      });
+      await controller.reconcile(`${NS}/ms`, ctxFor);
+      expect(seen).to.have.length(1);
+      expect(seen[0]?.precondition).to.be.a('string').and.equal(seen[0]?.rv);
+      expect(env.api.peek<Machine>(MachineResource, 'go', NS)?.status?.currentStatus?.phase).to.equal(
+        'Terminating',
+      );
+    });
+
+    it('does not overwrite the deletion status the machine controller wrote after the DELETE, and takes the conflict quietly', async () => {
+      await scaleDownOne();
+      machineControllerWrites('go', isMark);
+      const logger = new CapturingLogger();
+      await controller.reconcile(`${NS}/ms`, { ...ctxFor, log: logger });
+      const status = env.api.peek<Machine>(MachineResource, 'go', NS)?.status;
+      expect(status?.deletionStep).to.equal('DrainNode');
+      expect(status?.lastOperation?.description).to.equal('Drain of node n waits');
+      expect(logger.lines.filter((l) => l.level === 'warn' || l.level === 'error')).to.deep.equal([]);
+    });
+
+    it('does not mark a machine whose DELETE shows the machine controller marked it already', async () => {
+      await scaleDownOne();
+      machineControllerWrites('go', (a) => a.verb === 'delete');
+      await controller.reconcile(`${NS}/ms`, ctxFor);
+      expect(env.api.writes().filter(isMark)).to.deep.equal([]);
+      expect(env.api.peek<Machine>(MachineResource, 'go', NS)?.status?.deletionStep).to.equal('DrainNode');
+    });
+
+    it('leaves the mark to the machine controller when it runs in the same process, and counts the machine as not ready', async () => {
+      await env.stop();
+      env = new ControllerTestEnv({ finalizeNewMachines: true });
+      await scaleDownOne();
+      await controller.reconcile(`${NS}/ms`, ctxFor);
+      expect(
+        env.api
+          .writes()
+          .filter((w) => w.verb === 'delete')
+          .map((w) => w.name),
+      ).to.deep.equal(['go']);
+      expect(env.api.writes().filter((w) => w.verb === 'patch' && w.subresource === 'status')).to.deep.equal(
+        [],
+      );
+      await env.settle();
+      await controller.reconcile(`${NS}/ms`, ctxFor);
+      expect(env.api.peek<MachineSet>(MachineSetResource, 'ms', NS)?.status).to.deep.include({
+        replicas: 2,
+        readyReplicas: 1,
+        availableReplicas: 1,
+      });
+    });
   });
 
   it('does not delete again while its own deletions are not yet in the cache', async () => {
