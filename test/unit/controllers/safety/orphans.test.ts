@@ -100,6 +100,7 @@ describe('planOrphans', () => {
       { providerID: pid('dup'), machineName: 'dup', recorded: pid('dup-first') },
     ]);
     expect(plan.kept).to.equal(4);
+    expect(plan.creating, 'kept without a machine: its creation is running').to.equal(1);
   });
 });
 
@@ -197,6 +198,27 @@ describe('OrphanVmCollector (in-memory API, virtual provider)', () => {
       .getSingleMetric('mcm_machine_safety_orphan_vms_collected_total')
       ?.get();
     expect(collected?.values[0]).to.deep.include({ value: 1, labels: { provider: 'virtual' } });
+  });
+
+  it('collects the VM of a class that no longer exists through the provider’s own inventory, keeping VMs whose machine exists', async () => {
+    // VM created, providerID write lost, machine deleted, class deleted: ListMachines cannot
+    // reach these VMs any more, having no class to list them through.
+    env.target.seed(
+      CoreResources.nodes,
+      vmNode('lost', 'lost', 'deleted-class'),
+      vmNode('creating-elsewhere', 'creating', 'deleted-class'),
+    );
+    await env.settle();
+    await collector.reconcile(rctx);
+    expect(nodeNames()).to.not.include('lost');
+    expect(nodeNames(), 'its machine exists (being created)').to.include('creating-elsewhere');
+    expect(
+      env.target
+        .writes()
+        .filter((w) => w.verb === 'delete')
+        .map((w) => w.name)
+        .sort(),
+    ).to.deep.equal(['ghost', 'inflight', 'lost']);
   });
 
   it('re-reads the machine live before deleting: a machine the cache has not seen yet keeps its VM', async () => {
