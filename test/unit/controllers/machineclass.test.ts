@@ -1,7 +1,6 @@
 import { expect } from 'chai';
 
 import {
-  API_VERSION,
   MachineClassResource,
   MachineResource,
   type Machine,
@@ -12,44 +11,13 @@ import {
   RELEASE_RETRY_MS,
 } from '../../../lib/controllers/machineclass/controller.js';
 import { OrphanVmCollector } from '../../../lib/controllers/safety/orphans.js';
-import { ProviderRegistry } from '../../../lib/driver/registry.js';
 import { CoreResources } from '../../../lib/kube/resources.js';
-import type { Node } from '../../../lib/kube/types.js';
 import { nullLogger } from '../../../lib/observability/logger.js';
-import { virtualProvider } from '../../../lib/providers/virtual/index.js';
-import { DEFAULT_SHAPE } from '../../../lib/providers/virtual/spec.js';
-import { buildVmNode } from '../../../lib/providers/virtual/vm.js';
-import { NS, machine } from './builders.js';
+import { NS, machine, virtualClass, virtualVm } from './builders.js';
 import { ControllerTestEnv } from './env.js';
 
 const rctx = { log: nullLogger, signal: new AbortController().signal };
 const FINALIZER = 'machine.sapcloud.io/machine-controller-manager';
-
-function machineClass(name: string): MachineClass {
-  return {
-    apiVersion: API_VERSION,
-    kind: 'MachineClass',
-    metadata: { name, namespace: NS, finalizers: [FINALIZER] },
-    provider: 'virtual',
-    providerSpec: {},
-  };
-}
-
-/** A VM of the virtual cloud, created for `machineName` from class `className`. */
-function vm(name: string, machineName: string, className = 'small'): Node {
-  return buildVmNode(
-    {
-      name,
-      machine: `${NS}/${machineName}`,
-      machineClass: className,
-      shape: DEFAULT_SHAPE,
-      bootAt: 0,
-      notReadyAt: undefined,
-      bootNeverCompletes: false,
-    },
-    Date.UTC(2026, 10, 21, 9, 0, 0),
-  );
-}
 
 describe('MachineClassController', () => {
   let env: ControllerTestEnv;
@@ -57,28 +25,14 @@ describe('MachineClassController', () => {
   let frozen: boolean;
   let inFlight: Set<string>;
 
-  const nodeNames = (): string[] =>
-    env.target
-      .all(CoreResources.nodes)
-      .map((n) => n.metadata.name ?? '')
-      .sort();
   const storedClass = (): MachineClass | undefined =>
     env.api.peek<MachineClass>(MachineClassResource, 'small', NS);
 
   /** The class controller, with the orphan VM collection (the machine controller runs here) or without. */
   async function setup(opts: { collection: boolean }, ...machines: Machine[]): Promise<void> {
-    env.seed(MachineClassResource, machineClass('small'));
+    env.seed(MachineClassResource, virtualClass('small', [FINALIZER]));
     env.seed(MachineResource, ...machines);
-    const providers = new ProviderRegistry().register('virtual', virtualProvider());
-    providers.instantiate({
-      control: env.api,
-      target: env.target,
-      namespace: NS,
-      nodes: env.informers.nodes,
-      clock: env.clock,
-      logger: env.logger,
-      registry: env.registry,
-    });
+    const providers = env.virtualProviders();
     const orphans = new OrphanVmCollector(env.ctx, {
       providers,
       periodMs: 60 * 60_000,
@@ -93,7 +47,7 @@ describe('MachineClassController', () => {
 
   /** The class is deleted; its VM `lost` outlived its machine (providerID write lost, machine gone). */
   async function deleteClassWithLostVm(opts: { collection: boolean }): Promise<void> {
-    env.seed(CoreResources.nodes, vm('lost', 'lost'), vm('other', 'other', 'big'));
+    env.seed(CoreResources.nodes, virtualVm('lost', 'lost'), virtualVm('other', 'other', 'big'));
     await setup(opts);
     await env.api.delete(MachineClassResource, 'small', { namespace: NS });
     await env.settle();
@@ -113,7 +67,7 @@ describe('MachineClassController', () => {
   it('lets a deleted class go only after the VMs of its gone machines are collected', async () => {
     await deleteClassWithLostVm({ collection: true });
     expect(await controller.reconcile(`${NS}/small`, rctx)).to.deep.equal({});
-    expect(nodeNames(), 'only the VM of another class is left').to.deep.equal(['other']);
+    expect(env.nodeNames(), 'only the VM of another class is left').to.deep.equal(['other']);
     expect(storedClass()).to.equal(undefined);
   });
 
@@ -121,12 +75,12 @@ describe('MachineClassController', () => {
     await deleteClassWithLostVm({ collection: true });
     inFlight.add(`${NS}/lost`);
     expect(await controller.reconcile(`${NS}/small`, rctx)).to.deep.equal({ requeueAfter: RELEASE_RETRY_MS });
-    expect(nodeNames()).to.include('lost');
+    expect(env.nodeNames()).to.include('lost');
     expect(storedClass()?.metadata.finalizers).to.deep.equal([FINALIZER]);
 
     inFlight.clear();
     await controller.reconcile(`${NS}/small`, rctx);
-    expect(nodeNames()).to.not.include('lost');
+    expect(env.nodeNames()).to.not.include('lost');
     expect(storedClass()).to.equal(undefined);
   });
 
@@ -134,7 +88,7 @@ describe('MachineClassController', () => {
     await deleteClassWithLostVm({ collection: true });
     frozen = true;
     expect(await controller.reconcile(`${NS}/small`, rctx)).to.deep.equal({ requeueAfter: RELEASE_RETRY_MS });
-    expect(nodeNames()).to.include('lost');
+    expect(env.nodeNames()).to.include('lost');
     expect(storedClass()?.metadata.finalizers).to.deep.equal([FINALIZER]);
   });
 
@@ -145,14 +99,14 @@ describe('MachineClassController', () => {
   });
 
   it('keeps the finalizer while a machine refers to the class, without listing its VMs', async () => {
-    env.seed(CoreResources.nodes, vm('a', 'a'));
+    env.seed(CoreResources.nodes, virtualVm('a', 'a'));
     await setup({ collection: true }, machine('a'));
     await env.api.delete(MachineClassResource, 'small', { namespace: NS });
     await env.settle();
     env.api.clearActions();
     await controller.reconcile(`${NS}/small`, rctx);
     expect(storedClass()?.metadata.finalizers).to.deep.equal([FINALIZER]);
-    expect(nodeNames()).to.deep.equal(['a']);
+    expect(env.nodeNames()).to.deep.equal(['a']);
     expect(env.api.writes()).to.deep.equal([]);
   });
 });

@@ -257,6 +257,12 @@ describe('MachineSetController.reconcile', () => {
 
   const owned = (name: string): Machine[] =>
     env.api.all<Machine>(MachineResource, NS).filter((m) => m.metadata.ownerReferences?.[0]?.name === name);
+  /** Names of the machines deleted since the last clearActions(), in call order. */
+  const deletedMachines = (): (string | undefined)[] =>
+    env.api
+      .writes()
+      .filter((w) => w.verb === 'delete' && w.resource.startsWith('machines.'))
+      .map((w) => w.name);
 
   it('creates missing machines from the template with a controller reference and records events', async () => {
     const ms = machineSet('ms', 3);
@@ -355,10 +361,7 @@ describe('MachineSetController.reconcile', () => {
       machine('prio', { owner: ms, annotations: { 'machinepriority.machine.sapcloud.io': '1' } }),
     );
     await controller.reconcile(`${NS}/ms`, ctxFor);
-    const deleted = env.api
-      .writes()
-      .filter((w) => w.verb === 'delete')
-      .map((w) => w.name);
+    const deleted = deletedMachines();
     expect(deleted.sort()).to.deep.equal(['pending', 'prio']);
     const statusPatches = env.api.writes().filter((w) => w.verb === 'patch' && w.subresource === 'status');
     expect(statusPatches.map((w) => w.name).sort()).to.deep.equal(['pending', 'prio']);
@@ -451,12 +454,7 @@ describe('MachineSetController.reconcile', () => {
       env = new ControllerTestEnv({ finalizeNewMachines: true });
       await scaleDownOne();
       await controller.reconcile(`${NS}/ms`, ctxFor);
-      expect(
-        env.api
-          .writes()
-          .filter((w) => w.verb === 'delete')
-          .map((w) => w.name),
-      ).to.deep.equal(['go']);
+      expect(deletedMachines()).to.deep.equal(['go']);
       expect(env.api.writes().filter((w) => w.verb === 'patch' && w.subresource === 'status')).to.deep.equal(
         [],
       );
@@ -539,12 +537,7 @@ describe('MachineSetController.reconcile', () => {
       }),
     );
     await controller.reconcile(`${NS}/ms`, ctxFor);
-    expect(
-      env.api
-        .writes()
-        .filter((w) => w.verb === 'delete')
-        .map((w) => w.name),
-    ).to.deep.equal(['failed']);
+    expect(deletedMachines()).to.deep.equal(['failed']);
     const status = env.api.peek<MachineSet>(MachineSetResource, 'ms', NS)?.status;
     expect(status?.failedMachines?.map((f) => f.name)).to.deep.equal(['failed']);
     expect(status?.preservedFailedReplicas).to.equal(1);
@@ -660,13 +653,7 @@ describe('MachineSetController.reconcile', () => {
     const created = owned('ms').map((m) => m.metadata.name);
     expect(created).to.have.length(2);
     await controller.reconcile(`${NS}/ms`, ctxFor);
-    expect(
-      env.api
-        .writes()
-        .filter((w) => w.verb === 'delete' && w.resource.startsWith('machines.'))
-        .map((w) => w.name)
-        .sort(),
-    ).to.deep.equal(created.sort());
+    expect(deletedMachines().sort()).to.deep.equal(created.sort());
     expect(env.api.peek<MachineSet>(MachineSetResource, 'ms', NS), 'still there for them').to.not.equal(
       undefined,
     );
@@ -688,13 +675,7 @@ describe('MachineSetController.reconcile', () => {
     await env.api.delete(MachineSetResource, 'ms', { namespace: NS });
     await env.settle();
     await controller.reconcile(`${NS}/ms`, ctxFor);
-    expect(
-      env.api
-        .writes()
-        .filter((w) => w.verb === 'delete' && w.resource.startsWith('machines.'))
-        .map((w) => w.name)
-        .sort(),
-    ).to.deep.equal(['a', 'b']);
+    expect(deletedMachines().sort()).to.deep.equal(['a', 'b']);
     // The machines' own finalizers are removed by the machine controller; simulate that.
     for (const name of ['a', 'b']) {
       const m = env.api.peek<Machine>(MachineResource, name, NS) as Machine;
