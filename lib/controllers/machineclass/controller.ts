@@ -12,6 +12,12 @@ import type { ReleaseVerdict } from '../safety/orphans.js';
 /** How soon a class whose release waits for its VMs is looked at again (events come sooner). */
 export const RELEASE_RETRY_MS = 10_000;
 
+/**
+ * The class keeps its finalizer because a pass over its VMs failed (already logged where it
+ * failed): retried with the work queue's backoff, not every RELEASE_RETRY_MS.
+ */
+export class ReleaseDeferredError extends Error {}
+
 export interface MachineClassControllerOptions {
   /**
    * Runs before the finalizer of a class no machine refers to is removed (the orphan VM
@@ -41,7 +47,7 @@ export class MachineClassController {
       clock: ctx.clock,
       logger: ctx.logger,
       registry: ctx.registry,
-      isRequeueError: isConflict,
+      isRequeueError: (err) => isConflict(err) || err instanceof ReleaseDeferredError,
     });
     const { machineClasses, machines } = ctx.informers;
     const enqueue = (c: DeepReadonly<MachineClass>): void => {
@@ -94,6 +100,9 @@ export class MachineClassController {
       } else if (!referenced && has) {
         const verdict = await this.opts.beforeRelease?.(cls, log);
         if (verdict?.release === false) {
+          if (verdict.retry === 'backoff') {
+            throw new ReleaseDeferredError(`MachineClass ${key} keeps its finalizer: ${verdict.reason}`);
+          }
           log.verbose('class keeps its finalizer until its VMs without machine are collected', {
             reason: verdict.reason,
           });

@@ -112,8 +112,13 @@ interface PassOutcome {
   waiting: number;
 }
 
-/** Whether a class no machine refers to may lose its finalizer (go, when it is being deleted). */
-export type ReleaseVerdict = { release: true; collected: number } | { release: false; reason: string };
+/**
+ * Whether a class no machine refers to may lose its finalizer (go, when it is being deleted); if
+ * not, whether to look again soon (a creation or a freeze to wait out) or after a backoff (a
+ * listing or deletion failed).
+ */
+export type ReleaseVerdict =
+  { release: true; collected: number } | { release: false; reason: string; retry: 'soon' | 'backoff' };
 
 /** How the VMs of one class are reached: driver, credentials, the class (or a bare one). */
 interface ClassCall {
@@ -275,13 +280,23 @@ export class OrphanVmCollector {
    * not while a VM's machine is being created or exists beyond the cache.
    */
   async passBeforeRelease(cls: DeepReadonly<MachineClass>, log: Logger): Promise<ReleaseVerdict> {
-    if (this.opts.frozen?.() === true) return { release: false, reason: 'the machine controller is frozen' };
+    if (this.opts.frozen?.() === true) {
+      return { release: false, reason: 'the machine controller is frozen', retry: 'soon' };
+    }
     const r = await this.collectClass(cls, new Set(), log);
     if (r.failures > 0) {
-      return { release: false, reason: `${r.failures} listing or deletion of its VMs failed (retried)` };
+      return {
+        release: false,
+        reason: `${r.failures} listing or deletion of its VMs failed`,
+        retry: 'backoff',
+      };
     }
     if (r.waiting > 0) {
-      return { release: false, reason: `${r.waiting} of its VMs belong to machines being created` };
+      return {
+        release: false,
+        reason: `${r.waiting} of its VMs belong to machines that exist or are being created`,
+        retry: 'soon',
+      };
     }
     return { release: true, collected: r.collected };
   }

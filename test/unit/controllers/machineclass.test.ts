@@ -9,7 +9,9 @@ import {
 import {
   MachineClassController,
   RELEASE_RETRY_MS,
+  ReleaseDeferredError,
 } from '../../../lib/controllers/machineclass/controller.js';
+import { UnavailableError } from '../../../lib/kube/errors.js';
 import { OrphanVmCollector } from '../../../lib/controllers/safety/orphans.js';
 import { CoreResources } from '../../../lib/kube/resources.js';
 import { nullLogger } from '../../../lib/observability/logger.js';
@@ -82,6 +84,22 @@ describe('MachineClassController', () => {
     await controller.reconcile(`${NS}/small`, rctx);
     expect(env.nodeNames()).to.not.include('lost');
     expect(storedClass()).to.equal(undefined);
+  });
+
+  it('keeps the finalizer of an unused class while deleting a VM of it fails, retrying with backoff', async () => {
+    await deleteClassWithLostVm({ collection: true });
+    env.target.react((a) =>
+      a.verb === 'delete' && a.name === 'lost'
+        ? new UnavailableError('etcdserver: request timed out', 503, 'ServiceUnavailable')
+        : undefined,
+    );
+    const error = await controller.reconcile(`${NS}/small`, rctx).then(
+      () => undefined,
+      (err: unknown) => err,
+    );
+    expect(error).to.be.instanceOf(ReleaseDeferredError);
+    expect(env.nodeNames()).to.include('lost');
+    expect(storedClass()?.metadata.finalizers).to.deep.equal([FINALIZER]);
   });
 
   it('keeps the finalizer of an unused class while the machine controller is frozen', async () => {
