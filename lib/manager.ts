@@ -426,7 +426,15 @@ export class Manager {
       this.controllers.push(machines, safety);
     }
     if (enabled.has('node') && this.target !== undefined) this.controllers.push(new NodeController(ctx));
-    if (enabled.has('machineclass')) this.controllers.push(new MachineClassController(ctx));
+    if (enabled.has('machineclass')) {
+      const orphans = this.safety?.orphans;
+      this.controllers.push(
+        new MachineClassController(ctx, {
+          beforeRelease:
+            orphans === undefined ? undefined : (cls, log) => orphans.passBeforeRelease(cls, log),
+        }),
+      );
+    }
     if (enabled.has('secret')) this.controllers.push(new SecretController(ctx));
     this.providers.start();
     for (const c of this.controllers) c.start();

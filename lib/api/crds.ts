@@ -539,6 +539,9 @@ const machineClassSchema = obj(
       {
         capacity: quantityMap('Resources a node of this class offers.'),
         virtualCapacity: quantityMap('Extended resources copied into the node’s capacity.'),
+        allocatable: quantityMap(
+          'Addition to MCM: resources a node of this class offers to pods (capacity less what the kubelet reserves); resources not named are allocatable in full. Must not exceed capacity or virtualCapacity.',
+        ),
         instanceType: str('Instance type of the nodes.'),
         region: str('Region the nodes run in.'),
         zone: str('Zone the nodes run in.'),

@@ -192,6 +192,13 @@ export interface CurrentStatus {
 export interface NodeTemplate {
   capacity: ResourceList;
   virtualCapacity?: ResourceList;
+  /**
+   * Addition (not in MCM): what a node of this class offers to pods, i.e. capacity less what the
+   * kubelet reserves (kube/system reserved, eviction threshold), per resource; a resource it does
+   * not name is allocatable in full. The autoscaler's template node and the virtual provider's
+   * Nodes use it.
+   */
+  allocatable?: ResourceList;
   instanceType: string;
   region: string;
   zone: string;

@@ -5,6 +5,7 @@
 
 import { OrchestrationType, StrategyType, TaintEffect } from './constants.js';
 import { IntOrStringError, scaledValue } from './intstr.js';
+import { nodeTemplateResources } from './nodetemplate.js';
 import type {
   ClassSpec,
   IntOrString,
@@ -38,10 +39,7 @@ export const DURATION_MAX_LENGTH = 64;
 export const DURATION_MESSAGE =
   'must be a duration such as "90s", "10m" or "1h30m" (units ns, us, ms, s, m, h)';
 
-/** Kubernetes resource quantity syntax ("4", "16Gi", "500m", "1e3"). */
-export const QUANTITY_PATTERN =
-  '^(\\+|-)?(([0-9]+(\\.[0-9]*)?)|(\\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\\+|-)?(([0-9]+(\\.[0-9]*)?)|(\\.[0-9]+))))?$';
-export const QUANTITY_MESSAGE = 'must be a resource quantity such as "4", "16Gi" or "500m"';
+export { QUANTITY_MESSAGE, QUANTITY_PATTERN } from './quantity.js';
 
 /** The only string form an int-or-percent may take at admission. */
 export const PERCENT_PATTERN = '^[0-9]+%$';
@@ -101,7 +99,6 @@ const INT32_MAX = 2_147_483_647;
 const INT32_MIN = -2_147_483_648;
 
 const durationRegExp = new RegExp(DURATION_PATTERN);
-const quantityRegExp = new RegExp(QUANTITY_PATTERN);
 const percentRegExp = new RegExp(PERCENT_PATTERN);
 
 // ---------------------------------------------------------------------------------------------
@@ -343,12 +340,6 @@ function validateStrategy(spec: MachineDeploymentSpec): FieldError[] {
   return errs;
 }
 
-function validateResourceList(list: ResourceList | undefined, path: string): FieldError[] {
-  return Object.entries(list ?? {})
-    .filter(([, quantity]) => !quantityRegExp.test(String(quantity)))
-    .map(([name]) => ({ field: `${path}.${name}`, message: QUANTITY_MESSAGE }));
-}
-
 // ---------------------------------------------------------------------------------------------
 // Public API
 // ---------------------------------------------------------------------------------------------
@@ -368,8 +359,7 @@ export function validateMachineClass(machineClass: MachineClass): FieldError[] {
     if ((nodeTemplate.capacity as ResourceList | undefined) === undefined) {
       errs.push(required('nodeTemplate.capacity'));
     }
-    errs.push(...validateResourceList(nodeTemplate.capacity, 'nodeTemplate.capacity'));
-    errs.push(...validateResourceList(nodeTemplate.virtualCapacity, 'nodeTemplate.virtualCapacity'));
+    errs.push(...nodeTemplateResources(nodeTemplate, { virtualCapacity: true }).problems);
   }
   return errs;
 }

@@ -1,25 +1,22 @@
 // The template node of a group (pure): what a new, empty node of the group looks like, so that the
 // autoscaler can simulate pods on it and scale a group up from zero.
 
+import { nodeTemplateResources } from '../api/nodetemplate.js';
 import type { MachineClass, MachineDeployment } from '../api/types.js';
+import { formatValidationErrors } from '../api/validation.js';
 import type { DeepReadonly } from '../kube/informer.js';
 import type { ConditionStatus, Node, NodeCondition } from '../kube/types.js';
 import { WellKnownLabel } from '../kube/wellknown.js';
 
-/** Pods a node admits when the class does not say (the kubelet's default --max-pods). */
-export const DEFAULT_MAX_PODS = '110';
-
-/** A Kubernetes quantity string (resource.ParseQuantity's grammar). */
-const QUANTITY = /^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+|[KMGTPE]i|[numkMGTPE])?$/;
-
 export type TemplateResult = { node: Node } | { unavailable: string };
 
 /**
- * Builds the template node from the class's nodeTemplate (capacity, virtual capacity, instance
- * type, region, zone, architecture) and the deployment's node template (labels, taints). Without a
- * nodeTemplate there is nothing to say: the caller answers UNIMPLEMENTED and the autoscaler uses a
- * real node of the group. Capacity without `pods` gets the kubelet default; allocatable equals
- * capacity (virtual nodes reserve nothing).
+ * Builds the template node from the class's nodeTemplate (capacity, virtual capacity, allocatable,
+ * instance type, region, zone, architecture) and the deployment's node template (labels, taints).
+ * Without a nodeTemplate there is nothing to say: the caller answers UNIMPLEMENTED and the
+ * autoscaler uses a real node of the group. Capacity without `pods` gets the kubelet default;
+ * allocatable is `nodeTemplate.allocatable` where it names a resource, else the capacity (as
+ * gardener's autoscaler provider has it), which overstates a real node by what its kubelet reserves.
  */
 export function buildTemplateNode(
   groupId: string,
@@ -31,15 +28,10 @@ export function buildTemplateNode(
   if (t === undefined) {
     return { unavailable: `MachineClass ${cls.metadata.name ?? ''} has no nodeTemplate` };
   }
-  const capacity: Record<string, string> = {};
-  for (const [k, v] of [...Object.entries(t.capacity), ...Object.entries(t.virtualCapacity ?? {})]) {
-    const q = String(v);
-    if (!QUANTITY.test(q)) {
-      return { unavailable: `MachineClass ${cls.metadata.name ?? ''}: ${k}="${q}" is not a quantity` };
-    }
-    capacity[k] = q;
+  const { capacity, allocatable, problems } = nodeTemplateResources(t, { virtualCapacity: true });
+  if (problems.length > 0) {
+    return { unavailable: `MachineClass ${cls.metadata.name ?? ''}: ${formatValidationErrors(problems)}` };
   }
-  if (!('pods' in capacity)) capacity.pods = DEFAULT_MAX_PODS;
   const arch = t.architecture ?? 'amd64';
   const name = `template-${groupId.replace('/', '-')}`;
   const spec = mcd.spec?.template.spec?.nodeTemplate;
@@ -72,7 +64,7 @@ export function buildTemplateNode(
       spec: { taints },
       status: {
         capacity,
-        allocatable: { ...capacity },
+        allocatable,
         conditions: [
           condition('Ready', 'True', 'KubeletReady'),
           condition('MemoryPressure', 'False', 'KubeletHasSufficientMemory'),

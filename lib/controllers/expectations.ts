@@ -33,6 +33,13 @@ export class Expectations {
     return this.clock.now() - r.setAt > this.ttlMs;
   }
 
+  /** Milliseconds until what is pending for key expires (0 when it is satisfied or expired). */
+  expiresIn(key: string): number {
+    const r = this.records.get(key);
+    if (r === undefined || this.satisfied(key)) return 0;
+    return Math.max(0, r.setAt + this.ttlMs - this.clock.now());
+  }
+
   /** Pending counts, for logs and tests. */
   pending(key: string): { adds: number; deletes: number } {
     const r = this.records.get(key);

@@ -37,9 +37,23 @@ export interface ProviderContext {
   registry: Registry;
 }
 
+/** A VM as its provider's own inventory records it: enough to find its machine and delete it. */
+export interface InventoryVm {
+  providerID: string;
+  machineNamespace: string;
+  machineName: string;
+  /** The MachineClass it was created from (which may no longer exist). */
+  machineClass: string;
+}
+
 /** A running provider: its driver plus an optional background lifecycle. */
 export interface Provider {
   readonly driver: Driver;
+  /**
+   * Every VM of the provider, whatever its class (an addition to MCM's driver calls, optional):
+   * lets the orphan collection find VMs whose class is gone, which ListMachines cannot list.
+   */
+  listAllMachines?(signal?: AbortSignal): Promise<InventoryVm[]>;
   /** Starts background work (the manager calls it once the caches are synced). */
   start?(): void;
   stop?(): Promise<void>;
@@ -84,6 +98,16 @@ export class ProviderRegistry {
       const provider = factory(ctx);
       this.providers.set(name, { provider, driver: instrumentDriver(name, provider.driver, ctx.registry) });
     }
+  }
+
+  /** The providers that can list all their VMs without a class, by name. */
+  inventories(): { provider: string; listAllMachines: (signal?: AbortSignal) => Promise<InventoryVm[]> }[] {
+    const out: { provider: string; listAllMachines: (signal?: AbortSignal) => Promise<InventoryVm[]> }[] = [];
+    for (const [name, { provider }] of [...this.providers].sort(([a], [b]) => a.localeCompare(b))) {
+      const list = provider.listAllMachines?.bind(provider);
+      if (list !== undefined) out.push({ provider: name, listAllMachines: list });
+    }
+    return out;
   }
 
   /** The driver for a class's provider, or undefined when no such provider is registered. */

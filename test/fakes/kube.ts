@@ -325,10 +325,16 @@ export class FakeKube implements KubeApi {
     this.held ??= [];
   }
 
-  releaseWatches(): void {
+  /**
+   * Delivers the held events (in order); with `only`, just that resource's events, and the others
+   * stay held (one watch lagging behind another).
+   */
+  releaseWatches(only?: ResourceType): void {
     const held = this.held ?? [];
-    this.held = undefined;
-    for (const { w, ev } of held) this.deliver(w, ev);
+    const label = only === undefined ? undefined : resourceLabel(only);
+    const release = held.filter(({ ev }) => label === undefined || ev.res === label);
+    this.held = label === undefined ? undefined : held.filter(({ ev }) => ev.res !== label);
+    for (const { w, ev } of release) w.channel.push({ type: ev.type, object: structuredClone(ev.object) });
   }
 
   private existing(res: ResourceType, name: string, namespace: string | undefined): KubeObject {

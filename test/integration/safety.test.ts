@@ -1,7 +1,13 @@
 import { expect } from 'chai';
 
 import { MachinePhase } from '../../lib/api/constants.js';
-import { API_VERSION, MachineResource, type Machine } from '../../lib/api/types.js';
+import {
+  API_VERSION,
+  MachineClassResource,
+  MachineResource,
+  type Machine,
+  type MachineClass,
+} from '../../lib/api/types.js';
 import { CoreResources } from '../../lib/kube/resources.js';
 import type { CoreEvent, Node, NodeCondition } from '../../lib/kube/types.js';
 import { DEFAULT_SHAPE } from '../../lib/providers/virtual/spec.js';
@@ -167,6 +173,72 @@ describe('provider-side safety: orphan VMs and nodes without machines (real kube
       const n = await env.client.get<Node>(CoreResources.nodes, 'stray');
       return n.metadata.annotations?.[NOT_MANAGED] === undefined;
     });
+  });
+});
+
+async function classExists(env: LifecycleEnv, name: string): Promise<boolean> {
+  try {
+    await env.client.get(MachineClassResource, name, NS);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+describe('provider-side safety: VMs whose providerID write was lost outlive neither machine nor class (real kube-apiserver)', function () {
+  this.timeout(180_000);
+  let env: LifecycleEnv;
+
+  before(async () => {
+    env = await LifecycleEnv.start();
+    // No periodic pass within the test: only the passes these mechanisms run can collect a VM.
+    await env.startManager({ machineSafetyOrphanVmsPeriodMs: 60 * 60_000 });
+  });
+
+  after(async () => {
+    await env.stop();
+  });
+
+  it('a class being deleted goes only after the VM of a machine that is already gone has been collected', async () => {
+    await env.createClass('lost');
+    await env.client.create(MachineResource, machineOf('keeper', 'lost'));
+    await until(
+      'the machine runs and its class carries the finalizer',
+      async () => {
+        const m = await getMachine(env, 'keeper');
+        const cls = await env.client.get<MachineClass>(MachineClassResource, 'lost', NS);
+        return (
+          m !== undefined && phaseOf(m) === MachinePhase.Running && (cls.metadata.finalizers ?? []).length > 0
+        );
+      },
+      60_000,
+    );
+    // The VM the driver created for machine lost-m, whose providerID write was lost; the machine
+    // object went without a deletion flow (its finalizer removed by hand).
+    await env.client.create(CoreResources.nodes, vmNode('lost-m', 'lost-m', 'lost'));
+    await env.client.delete(MachineClassResource, 'lost', { namespace: NS });
+    await env.client.delete(MachineResource, 'keeper', { namespace: NS });
+    await until('the class is gone', async () => !(await classExists(env, 'lost')), 60_000);
+    expect(await nodeExists(env, 'lost-m'), 'the VM went before its class').to.equal(false);
+    expect(await nodeExists(env, 'keeper'), 'the machine’s own VM went with it').to.equal(false);
+  });
+
+  it('the VM of a machine deleted after its class was forced away is collected through the provider’s inventory', async () => {
+    await env.createClass('forced');
+    // VM created, providerID write lost; then the class is deleted (no machine refers to it yet,
+    // so nothing holds it) and the machine is deleted: its deletion flow has neither providerID
+    // nor class to reach the VM with.
+    await env.client.create(CoreResources.nodes, vmNode('stray-m', 'stray-m', 'forced'));
+    await env.client.delete(MachineClassResource, 'forced', { namespace: NS });
+    await until('the class is gone', async () => !(await classExists(env, 'forced')));
+    await env.client.create(MachineResource, machineOf('stray-m', 'forced'));
+    await until('the manager took the machine on', async () => {
+      const m = await getMachine(env, 'stray-m');
+      return (m?.metadata.finalizers ?? []).length > 0;
+    });
+    await env.client.delete(MachineResource, 'stray-m', { namespace: NS });
+    await until('the machine is gone', async () => (await getMachine(env, 'stray-m')) === undefined, 60_000);
+    await until('the VM is collected', async () => !(await nodeExists(env, 'stray-m')), 30_000);
   });
 });
 

@@ -1,29 +1,53 @@
 import { Finalizer, MACHINE_CLASS_KIND } from '../../api/constants.js';
 import { MachineClassResource, type MachineClass } from '../../api/types.js';
-import { Controller, type ReconcileResult } from '../../kube/controller.js';
+import { Controller, type ReconcileContext, type ReconcileResult } from '../../kube/controller.js';
 import { isConflict, isNotFound } from '../../kube/errors.js';
 import { objectKey, type DeepReadonly } from '../../kube/informer.js';
 import { MACHINE_CLASS_INDEX, type ControllerContext } from '../context.js';
 import { removeFinalizerAt } from '../finalizers.js';
+import type { Logger } from '../../observability/logger.js';
 import { addFinalizer } from '../ownership.js';
+import type { ReleaseVerdict } from '../safety/orphans.js';
+
+/** How soon a class whose release waits for its VMs is looked at again (events come sooner). */
+export const RELEASE_RETRY_MS = 10_000;
 
 /**
- * Keeps a MachineClass from disappearing under its machines: while machines reference it, it
- * carries the machine-controller-manager finalizer (so a delete waits); once none does, the
- * finalizer goes (and a pending delete completes).
+ * The class keeps its finalizer because a pass over its VMs failed (already logged where it
+ * failed): retried with the work queue's backoff, not every RELEASE_RETRY_MS.
+ */
+export class ReleaseDeferredError extends Error {}
+
+export interface MachineClassControllerOptions {
+  /**
+   * Runs before the finalizer of a class no machine refers to is removed (the orphan VM
+   * collection's pass over the class, when the machine controller runs in this process); the
+   * finalizer stays until it lets the class go.
+   */
+  beforeRelease?: ((cls: DeepReadonly<MachineClass>, log: Logger) => Promise<ReleaseVerdict>) | undefined;
+}
+
+/**
+ * Keeps a MachineClass from disappearing under its machines and their VMs: while machines
+ * reference it, it carries the machine-controller-manager finalizer (so a delete waits); once
+ * none does and no VM of the class is left without a machine, the finalizer goes (and a pending
+ * delete completes). A VM whose machine is gone can only be found through its class.
  */
 export class MachineClassController {
   readonly controller: Controller;
 
-  constructor(private readonly ctx: ControllerContext) {
+  constructor(
+    private readonly ctx: ControllerContext,
+    private readonly opts: MachineClassControllerOptions = {},
+  ) {
     this.controller = new Controller({
       name: 'machineclass',
       workers: 2,
-      reconciler: { reconcile: (key) => this.reconcile(key) },
+      reconciler: { reconcile: (key, rctx) => this.reconcile(key, rctx) },
       clock: ctx.clock,
       logger: ctx.logger,
       registry: ctx.registry,
-      isRequeueError: isConflict,
+      isRequeueError: (err) => isConflict(err) || err instanceof ReleaseDeferredError,
     });
     const { machineClasses, machines } = ctx.informers;
     const enqueue = (c: DeepReadonly<MachineClass>): void => {
@@ -59,7 +83,7 @@ export class MachineClassController {
     await this.controller.stop();
   }
 
-  async reconcile(key: string): Promise<ReconcileResult> {
+  async reconcile(key: string, { log }: ReconcileContext): Promise<ReconcileResult> {
     const cls = this.ctx.informers.machineClasses.getByKey(key);
     if (cls === undefined) return {};
     const referenced = this.ctx.informers.machines
@@ -74,6 +98,16 @@ export class MachineClassController {
       if (referenced && !has && cls.metadata.deletionTimestamp === undefined) {
         await addFinalizer(this.ctx.client, MachineClassResource, cls, Finalizer.MachineControllerManager);
       } else if (!referenced && has) {
+        const verdict = await this.opts.beforeRelease?.(cls, log);
+        if (verdict?.release === false) {
+          if (verdict.retry === 'backoff') {
+            throw new ReleaseDeferredError(`MachineClass ${key} keeps its finalizer: ${verdict.reason}`);
+          }
+          log.verbose('class keeps its finalizer until its VMs without machine are collected', {
+            reason: verdict.reason,
+          });
+          return { requeueAfter: RELEASE_RETRY_MS };
+        }
         await removeFinalizerAt(
           this.ctx.client,
           MachineClassResource,

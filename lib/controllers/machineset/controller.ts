@@ -27,7 +27,7 @@ import type { Logger } from '../../observability/logger.js';
 import { rfc3339 } from '../conditions.js';
 import type { ControllerContext } from '../context.js';
 import { Expectations } from '../expectations.js';
-import { controllerRefOf, isTerminating, type AnyMachine } from '../machines.js';
+import { controllerRefOf, phaseOf, type AnyMachine } from '../machines.js';
 import {
   addFinalizer,
   cachedController,
@@ -204,6 +204,15 @@ export class MachineSetController {
         );
       }
     } else if (machines.length === 0) {
+      // Machines created a moment ago may not be in the cache yet: the set must not go before
+      // they show up (and are deleted), or they would be left without an owner.
+      if (!this.expectations.satisfied(key)) {
+        log.debug(
+          'deleted, but waiting for its own creations to show up in the cache',
+          this.expectations.pending(key),
+        );
+        return { requeueAfter: Math.max(1000, this.expectations.expiresIn(key) + 1) };
+      }
       if ((ms.metadata.finalizers ?? []).includes(Finalizer.MachineControllerManager)) {
         await removeFinalizer(this.ctx.client, MachineSetResource, ms, Finalizer.MachineControllerManager);
       }
@@ -358,8 +367,9 @@ export class MachineSetController {
       targets.map(async (m) => {
         const name = m.metadata.name ?? '';
         const namespace = m.metadata.namespace ?? '';
+        let deleted: unknown;
         try {
-          await this.ctx.client.delete(MachineResource, name, {
+          deleted = await this.ctx.client.delete(MachineResource, name, {
             namespace,
             preconditions: { uid: m.metadata.uid ?? '' },
           });
@@ -372,19 +382,43 @@ export class MachineSetController {
           return;
         }
         this.recorder.event(ms, 'Normal', EventReason.SuccessfulDelete, `Deleted machine: ${name}`);
-        if (!isTerminating(m)) await this.markTerminating(name, namespace, log);
+        const mark = this.terminatingMark(deleted);
+        if (mark !== undefined) await this.markTerminating(mark, log);
       }),
     );
     return failure;
   }
 
-  private async markTerminating(name: string, namespace: string, log: Logger): Promise<void> {
+  /**
+   * The machine to mark Terminating after its DELETE, as MCM's MachineSet does, or undefined when
+   * there is none to mark: the machine controller runs in this process (its deletion flow marks
+   * the machine itself, with its step), the DELETE removed the machine at once (no finalizer), or
+   * the machine controller has marked it already.
+   */
+  private terminatingMark(deleted: unknown): Machine | undefined {
+    if (this.ctx.settings.finalizeNewMachines) return undefined;
+    const m = deleted as Partial<Machine> | undefined;
+    if (m?.kind !== MachineResource.kind || m.metadata?.deletionTimestamp === undefined) return undefined;
+    if ((m.metadata.finalizers ?? []).length === 0) return undefined;
+    const machine = m as Machine;
+    if (phaseOf(machine) === MachinePhase.Terminating || (m.status?.deletionStep ?? '') !== '')
+      return undefined;
+    return machine;
+  }
+
+  /**
+   * Marks a machine Terminating, conditional on the resourceVersion its DELETE returned: a
+   * conflict means the machine controller wrote its own deletion status first, which must win.
+   */
+  private async markTerminating(m: Machine, log: Logger): Promise<void> {
+    const name = m.metadata.name ?? '';
     const now = rfc3339(this.ctx.clock.now());
     try {
       await this.ctx.client.patch(
         MachineResource,
         name,
         {
+          metadata: { resourceVersion: m.metadata.resourceVersion },
           status: {
             currentStatus: { phase: MachinePhase.Terminating, lastUpdateTime: now },
             lastOperation: {
@@ -395,11 +429,12 @@ export class MachineSetController {
             },
           },
         },
-        { type: 'merge', namespace, subresource: 'status' },
+        { type: 'merge', namespace: m.metadata.namespace ?? '', subresource: 'status' },
       );
     } catch (err) {
-      // Gone already (no finalizer): nothing to mark.
-      if (!isNotFound(err)) log.warn('could not mark machine Terminating', { machine: name, err });
+      if (isConflict(err)) log.debug('machine controller marked the machine first', { machine: name });
+      // Gone already (its finalizer was removed): nothing to mark.
+      else if (!isNotFound(err)) log.warn('could not mark machine Terminating', { machine: name, err });
     }
   }
 

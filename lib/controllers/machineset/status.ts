@@ -9,7 +9,7 @@ import type { MachineSet, MachineSetStatus, MachineSummary } from '../../api/typ
 import type { DeepReadonly } from '../../kube/informer.js';
 import { selectorMatches, selectorToString } from '../../kube/labels.js';
 import { removeCondition, setCondition } from '../conditions.js';
-import { isAvailable, isFailed, isPreserved, isReady, type AnyMachine } from '../machines.js';
+import { isAvailable, isFailed, isPreserved, isReady, isTerminating, type AnyMachine } from '../machines.js';
 
 export interface StatusInput {
   ms: MachineSet | DeepReadonly<MachineSet>;
@@ -39,8 +39,9 @@ export function calculateStatus({ ms, machines, now, replicaFailure }: StatusInp
     fullyLabeledReplicas: machines.filter((m) =>
       selectorMatches({ matchLabels: templateLabels }, m.metadata.labels),
     ).length,
-    readyReplicas: machines.filter(isReady).length,
-    availableReplicas: machines.filter(isAvailable).length,
+    // A machine being deleted is out of service even before its controller marks it Terminating.
+    readyReplicas: machines.filter((m) => !isTerminating(m) && isReady(m)).length,
+    availableReplicas: machines.filter((m) => !isTerminating(m) && isAvailable(m)).length,
     preservedFailedReplicas: machines.filter((m) => isFailed(m) && isPreserved(m, now)).length,
     autoPreserveFailedMachineCount: machines.filter(
       (m) => m.metadata.annotations?.[Annotation.Preserve] === PreserveValue.AutoPreserved,

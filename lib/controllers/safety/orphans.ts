@@ -3,7 +3,10 @@
 // provider lists its VMs, and a VM whose machine does not exist is deleted. A VM is only deleted
 // when its machine is neither in the cache nor in the API server (read live: the cache may lag
 // behind a machine just created) and no creation for that machine is running; a VM whose machine
-// exists is never deleted.
+// exists is never deleted. VMs of a class that is gone cannot be listed through it: the class
+// controller keeps a class until a pass over its VMs came out clean (passBeforeRelease), and
+// providers that can list all their VMs (listAllMachines) are also asked for those of deleted
+// classes.
 
 import { Counter, type Registry } from 'prom-client';
 
@@ -11,7 +14,7 @@ import { EventSource, MACHINE_CLASS_KIND, MachinePhase } from '../../api/constan
 import { API_VERSION, MachineResource, type Machine, type MachineClass } from '../../api/types.js';
 import { decodeMachineError } from '../../driver/codes.js';
 import type { Driver, MachineRequest } from '../../driver/driver.js';
-import type { ProviderRegistry } from '../../driver/registry.js';
+import type { InventoryVm, ProviderRegistry } from '../../driver/registry.js';
 import type { TimerHandle } from '../../kube/clock.js';
 import { Controller, type ReconcileContext, type ReconcileResult } from '../../kube/controller.js';
 import { isNotFound } from '../../kube/errors.js';
@@ -66,6 +69,8 @@ export interface OrphanPlan {
   candidates: { providerID: string; machineName: string }[];
   duplicates: { providerID: string; machineName: string; recorded: string }[];
   kept: number;
+  /** Of the kept VMs, those without a machine in the cache whose creation is running. */
+  creating: number;
 }
 
 /** Sorts a provider's VM listing (providerID → machine name) into kept VMs and candidates. */
@@ -75,7 +80,7 @@ export function planOrphans(
   creationInFlight: (name: string) => boolean,
   alreadySeen: ReadonlySet<string> = new Set(),
 ): OrphanPlan {
-  const plan: OrphanPlan = { candidates: [], duplicates: [], kept: 0 };
+  const plan: OrphanPlan = { candidates: [], duplicates: [], kept: 0, creating: 0 };
   for (const [providerID, machineName] of Object.entries(listing).sort(([a], [b]) => a.localeCompare(b))) {
     if (alreadySeen.has(providerID)) continue;
     const m = machineOf(machineName);
@@ -87,12 +92,43 @@ export function planOrphans(
         plan.duplicates.push({ providerID, machineName, recorded: m?.spec?.providerID ?? '' });
         plan.kept++;
         break;
-      case 'owned':
       case 'being-created':
+        if (m === undefined) plan.creating++;
+        plan.kept++;
+        break;
+      case 'owned':
         plan.kept++;
     }
   }
   return plan;
+}
+
+/** What a pass over some VMs came to. */
+interface PassOutcome {
+  collected: number;
+  /** Failed listings, live reads and deletions (retried). */
+  failures: number;
+  /** VMs kept for now: their machine exists beyond the cache or is being created. */
+  waiting: number;
+}
+
+/**
+ * Whether a class no machine refers to may lose its finalizer (go, when it is being deleted); if
+ * not, whether to look again soon (a creation or a freeze to wait out) or after a backoff (a
+ * listing or deletion failed).
+ */
+export type ReleaseVerdict =
+  { release: true; collected: number } | { release: false; reason: string; retry: 'soon' | 'backoff' };
+
+/** How the VMs of one class are reached: driver, credentials, the class (or a bare one). */
+interface ClassCall {
+  driver: Driver;
+  secret: Secret;
+  provider: string;
+  machineClass: MachineClass;
+  namespace: string;
+  /** Whether events go to the class (it exists). */
+  events: boolean;
 }
 
 /** How soon after a machine deletion the extra pass runs (deletions in a burst share it). */
@@ -217,16 +253,52 @@ export class OrphanVmCollector {
       return {};
     }
     const seen = new Set<string>();
-    let failures = 0;
-    let collected = 0;
+    const total: PassOutcome = { collected: 0, failures: 0, waiting: 0 };
+    const add = (r: PassOutcome): void => {
+      total.collected += r.collected;
+      total.failures += r.failures;
+    };
     for (const cls of this.ctx.informers.machineClasses.list(this.ctx.namespace)) {
-      const r = await this.collectClass(cls, seen, log);
-      failures += r.failures;
-      collected += r.collected;
+      add(await this.collectClass(cls, seen, log));
     }
-    log.verbose('orphan VM pass done', { vms: seen.size, collected, failures });
+    for (const inventory of this.opts.providers.inventories()) {
+      add(await this.collectOfDeletedClasses(inventory, seen, log));
+    }
+    log.verbose('orphan VM pass done', {
+      vms: seen.size,
+      collected: total.collected,
+      failures: total.failures,
+    });
     // Failed listings or deletions are retried within a minute rather than a whole period.
-    return failures > 0 ? { requeueAfter: Math.min(60_000, Math.max(1000, this.opts.periodMs)) } : {};
+    return total.failures > 0 ? { requeueAfter: Math.min(60_000, Math.max(1000, this.opts.periodMs)) } : {};
+  }
+
+  /**
+   * Runs a pass over one class's VMs now, for the class controller before it lets the class go
+   * (once no machine refers to it): the class may go when no VM of it is left whose machine does
+   * not exist. Not while frozen, not while such a VM cannot be deleted or its listing fails, and
+   * not while a VM's machine is being created or exists beyond the cache.
+   */
+  async passBeforeRelease(cls: DeepReadonly<MachineClass>, log: Logger): Promise<ReleaseVerdict> {
+    if (this.opts.frozen?.() === true) {
+      return { release: false, reason: 'the machine controller is frozen', retry: 'soon' };
+    }
+    const r = await this.collectClass(cls, new Set(), log);
+    if (r.failures > 0) {
+      return {
+        release: false,
+        reason: `${r.failures} listing or deletion of its VMs failed`,
+        retry: 'backoff',
+      };
+    }
+    if (r.waiting > 0) {
+      return {
+        release: false,
+        reason: `${r.waiting} of its VMs belong to machines that exist or are being created`,
+        retry: 'soon',
+      };
+    }
+    return { release: true, collected: r.collected };
   }
 
   /** The class's driver and (merged) secret, or undefined when it cannot be called. */
@@ -264,9 +336,10 @@ export class OrphanVmCollector {
     cls: DeepReadonly<MachineClass>,
     seen: Set<string>,
     log: Logger,
-  ): Promise<{ failures: number; collected: number }> {
+  ): Promise<PassOutcome> {
+    const none: PassOutcome = { collected: 0, failures: 0, waiting: 0 };
     const call = this.resolve(cls, log);
-    if (call === undefined) return { failures: 0, collected: 0 };
+    if (call === undefined) return none;
     const namespace = cls.metadata.namespace ?? this.ctx.namespace;
     const className = cls.metadata.name ?? '';
     const machineClass = structuredClone(cls) as MachineClass;
@@ -280,26 +353,84 @@ export class OrphanVmCollector {
           machineClass: className,
           provider: call.provider,
         });
-        return { failures: 0, collected: 0 };
+        return none;
       }
       log.warn('listing the VMs of a class failed', {
         machineClass: className,
         provider: call.provider,
         err,
       });
-      return { failures: 1, collected: 0 };
+      return { ...none, failures: 1 };
     }
+    return this.collectListed(listing, { ...call, machineClass, namespace, events: true }, seen, log);
+  }
+
+  /**
+   * The VMs a provider's inventory holds for machines of this namespace whose class does not
+   * exist: deleted through the provider with a bare class of that name (no providerSpec, no
+   * credentials), which is all a provider that can list without a class needs.
+   */
+  private async collectOfDeletedClasses(
+    inventory: ReturnType<ProviderRegistry['inventories']>[number],
+    seen: Set<string>,
+    log: Logger,
+  ): Promise<PassOutcome> {
+    const none: PassOutcome = { collected: 0, failures: 0, waiting: 0 };
+    const driver = this.opts.providers.driverFor(inventory.provider);
+    if (driver === undefined) return none;
+    let vms: InventoryVm[];
+    try {
+      vms = await inventory.listAllMachines();
+    } catch (err) {
+      log.warn('listing all VMs of a provider failed', { provider: inventory.provider, err });
+      return { ...none, failures: 1 };
+    }
+    const namespace = this.ctx.namespace;
+    const byClass = new Map<string, Record<string, string>>();
+    for (const vm of vms) {
+      if (vm.machineNamespace !== namespace || seen.has(vm.providerID)) continue;
+      if (this.ctx.informers.machineClasses.get(namespace, vm.machineClass) !== undefined) continue;
+      const listing = byClass.get(vm.machineClass) ?? {};
+      listing[vm.providerID] = vm.machineName;
+      byClass.set(vm.machineClass, listing);
+    }
+    const total = { ...none };
+    for (const [className, listing] of byClass) {
+      const machineClass: MachineClass = {
+        apiVersion: API_VERSION,
+        kind: 'MachineClass',
+        metadata: { name: className, namespace },
+        provider: inventory.provider,
+        providerSpec: {},
+      };
+      const secret: Secret = { apiVersion: 'v1', kind: 'Secret', metadata: { namespace }, data: {} };
+      const call = { driver, secret, provider: inventory.provider, machineClass, namespace, events: false };
+      const r = await this.collectListed(listing, call, seen, log);
+      total.collected += r.collected;
+      total.failures += r.failures;
+      total.waiting += r.waiting;
+    }
+    return total;
+  }
+
+  /** Sorts a listing into kept VMs, duplicates and candidates, and collects the candidates. */
+  private async collectListed(
+    listing: Record<string, string>,
+    call: ClassCall,
+    seen: Set<string>,
+    log: Logger,
+  ): Promise<PassOutcome> {
     const machines = this.ctx.informers.machines;
     const plan = planOrphans(
       listing,
-      (name) => machines.get(namespace, name),
+      (name) => machines.get(call.namespace, name),
       (name) => this.creationInFlight(name),
       seen,
     );
     for (const id of Object.keys(listing)) seen.add(id);
     for (const d of plan.duplicates) {
       this.metrics.duplicates.inc({ provider: call.provider });
-      const m = machines.get(namespace, d.machineName);
+      const m = machines.get(call.namespace, d.machineName);
       log.warn('a machine has a second VM; it is kept (delete it at the provider if it is not needed)', {
         machine: d.machineName,
         vm: d.providerID,
@@ -314,24 +445,26 @@ export class OrphanVmCollector {
         );
       }
     }
-    let failures = 0;
-    let collected = 0;
+    const outcome: PassOutcome = { collected: 0, failures: 0, waiting: plan.creating };
     for (const c of plan.candidates) {
-      const outcome = await this.collectVm(call, machineClass, namespace, c, log);
-      if (outcome === 'deleted') collected++;
-      if (outcome === 'failed') failures++;
+      const r = await this.collectVm(call, c, log);
+      if (r === 'deleted') outcome.collected++;
+      if (r === 'failed') outcome.failures++;
+      if (r === 'waiting') outcome.waiting++;
     }
-    return { failures, collected };
+    return outcome;
   }
 
-  /** Confirms that the VM's machine does not exist (live), then deletes the VM. */
+  /**
+   * Confirms that the VM's machine does not exist (live), then deletes the VM: 'waiting' when the
+   * machine does exist or is being created, 'gone' when the VM went meanwhile.
+   */
   private async collectVm(
-    call: { driver: Driver; secret: Secret; provider: string },
-    machineClass: MachineClass,
-    namespace: string,
+    call: ClassCall,
     vm: { providerID: string; machineName: string },
     log: Logger,
-  ): Promise<'deleted' | 'kept' | 'failed'> {
+  ): Promise<'deleted' | 'waiting' | 'gone' | 'failed'> {
+    const { machineClass, namespace } = call;
     const fields = { machine: vm.machineName, vm: vm.providerID, machineClass: machineClass.metadata.name };
     let live: Machine | undefined;
     try {
@@ -344,7 +477,7 @@ export class OrphanVmCollector {
     }
     if (live !== undefined || this.creationInFlight(vm.machineName)) {
       log.verbose('the machine of a VM exists (the cache is behind); the VM is kept', fields);
-      return 'kept';
+      return 'waiting';
     }
     const req: MachineRequest = {
       machine: {
@@ -363,25 +496,29 @@ export class OrphanVmCollector {
       await call.driver.deleteMachine(req);
     } catch (err) {
       const e = decodeMachineError(err);
-      if (e.ok && e.code === 'NotFound') return 'kept';
+      if (e.ok && e.code === 'NotFound') return 'gone';
       this.metrics.failed.inc({ provider: call.provider });
       log.warn('deleting an orphan VM failed; retried on the next pass', { ...fields, err });
-      this.recorder.event(
-        machineClass,
-        'Warning',
-        OrphanEventReason.OrphanVMDeleteFailed,
-        `Deleting orphan VM ${vm.providerID} (of machine ${vm.machineName}, which does not exist) failed: ${e.message}`,
-      );
+      if (call.events) {
+        this.recorder.event(
+          machineClass,
+          'Warning',
+          OrphanEventReason.OrphanVMDeleteFailed,
+          `Deleting orphan VM ${vm.providerID} (of machine ${vm.machineName}, which does not exist) failed: ${e.message}`,
+        );
+      }
       return 'failed';
     }
     this.metrics.collected.inc({ provider: call.provider });
     log.info('deleted an orphan VM: its machine does not exist', fields);
-    this.recorder.event(
-      machineClass,
-      'Normal',
-      OrphanEventReason.OrphanVMDeleted,
-      `Deleted orphan VM ${vm.providerID}: its machine ${vm.machineName} does not exist`,
-    );
+    if (call.events) {
+      this.recorder.event(
+        machineClass,
+        'Normal',
+        OrphanEventReason.OrphanVMDeleted,
+        `Deleted orphan VM ${vm.providerID}: its machine ${vm.machineName} does not exist`,
+      );
+    }
     return 'deleted';
   }
 }

@@ -16,6 +16,7 @@ import type {
   ListMachinesResponse,
   MachineRequest,
 } from '../../driver/driver.js';
+import type { InventoryVm } from '../../driver/registry.js';
 import type { Clock } from '../../kube/clock.js';
 import { objectKey } from '../../kube/informer.js';
 import { parseProviderSpec, vmShapeOf, type VirtualProviderSpec, type VirtualVmShape } from './spec.js';
@@ -194,6 +195,23 @@ export class VirtualDriver implements Driver {
       machineList[vm.providerID] = vm.machine.slice(prefix.length);
     }
     return { machineList };
+  }
+
+  /** Every live VM, whatever its class (the orphan collection's view of VMs of deleted classes). */
+  async listAllMachines(signal?: AbortSignal): Promise<InventoryVm[]> {
+    await this.store.waitForSync(signal);
+    const out: InventoryVm[] = [];
+    for (const vm of this.store.list()) {
+      const slash = vm.machine.indexOf('/');
+      if (vm.terminating || slash < 0) continue;
+      out.push({
+        providerID: vm.providerID,
+        machineNamespace: vm.machine.slice(0, slash),
+        machineName: vm.machine.slice(slash + 1),
+        machineClass: vm.machineClass,
+      });
+    }
+    return out;
   }
 
   getVolumeIDs(req: GetVolumeIDsRequest): Promise<GetVolumeIDsResponse> {

@@ -28,12 +28,14 @@ export function virtualProvider(opts: { random?: () => number } = {}): ProviderF
     } else {
       store = new ConfigMapVmStore(ctx.control, ctx.namespace, ctx.logger.child({ provider: 'virtual' }));
     }
+    const driver = new VirtualDriver({
+      store,
+      clock: ctx.clock,
+      ...(opts.random === undefined ? {} : { random: opts.random }),
+    });
     return {
-      driver: new VirtualDriver({
-        store,
-        clock: ctx.clock,
-        ...(opts.random === undefined ? {} : { random: opts.random }),
-      }),
+      driver,
+      listAllMachines: (signal) => driver.listAllMachines(signal),
       start: () => {
         store.start();
         hypervisor?.start();

@@ -2,7 +2,8 @@
 // that name the option. Unknown options are errors, so a typo never silently means "default".
 
 import { parseGoDuration } from '../../api/duration.js';
-import type { MachineClass, Quantity } from '../../api/types.js';
+import { nodeTemplateResources } from '../../api/nodetemplate.js';
+import type { MachineClass } from '../../api/types.js';
 import type { DeepReadonly } from '../../kube/informer.js';
 
 export interface VirtualFailureModes {
@@ -49,6 +50,8 @@ export interface VirtualVmShape {
   architecture: string;
   /** Quantity strings, `pods` always present. */
   capacity: Record<string, string>;
+  /** What the node offers to pods (the same as the autoscaler's template node says). */
+  allocatable: Record<string, string>;
 }
 
 export const DEFAULT_SHAPE: VirtualVmShape = {
@@ -57,9 +60,8 @@ export const DEFAULT_SHAPE: VirtualVmShape = {
   zone: 'virtual-zone-a',
   architecture: 'amd64',
   capacity: { cpu: '2', memory: '4Gi', pods: '110', 'ephemeral-storage': '50Gi' },
+  allocatable: { cpu: '2', memory: '4Gi', pods: '110', 'ephemeral-storage': '50Gi' },
 };
-
-const DEFAULT_MAX_PODS = '110';
 
 const KNOWN_OPTIONS = ['bootDelay', 'apiLatency', 'errorRate', 'zoneCapacity', 'failure', 'inPlaceUpdate'];
 const KNOWN_FAILURE_OPTIONS = ['bootNeverCompletes', 'notReadyAfter'];
@@ -198,25 +200,27 @@ function parseInPlaceUpdate(raw: unknown, out: VirtualInPlaceUpdate, problems: s
   }
 }
 
-function quantity(q: Quantity | undefined): string | undefined {
-  return q === undefined ? undefined : String(q);
-}
-
-/** The VM shape of a class: its nodeTemplate (with `pods` defaulted to 110) or the defaults. */
+/**
+ * The VM shape of a class: its nodeTemplate or the defaults. Capacity and allocatable are those of
+ * the autoscaler's template node (nodeTemplateResources), less the virtual capacity, which the
+ * machine controller adds to the Node itself.
+ */
 export function vmShapeOf(cls: MachineClass | DeepReadonly<MachineClass>): VirtualVmShape {
   const t = cls.nodeTemplate;
-  if (t === undefined) return { ...DEFAULT_SHAPE, capacity: { ...DEFAULT_SHAPE.capacity } };
-  const capacity: Record<string, string> = {};
-  for (const [name, q] of Object.entries(t.capacity)) {
-    const v = quantity(q);
-    if (v !== undefined) capacity[name] = v;
+  if (t === undefined) {
+    return {
+      ...DEFAULT_SHAPE,
+      capacity: { ...DEFAULT_SHAPE.capacity },
+      allocatable: { ...DEFAULT_SHAPE.allocatable },
+    };
   }
-  if (!('pods' in capacity)) capacity.pods = DEFAULT_MAX_PODS;
+  const { capacity, allocatable } = nodeTemplateResources(t, { virtualCapacity: false });
   return {
     instanceType: t.instanceType,
     region: t.region,
     zone: t.zone,
     architecture: t.architecture ?? DEFAULT_SHAPE.architecture,
     capacity,
+    allocatable,
   };
 }

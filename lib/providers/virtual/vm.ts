@@ -146,7 +146,7 @@ export function buildVmNode(vm: NewVm, now: number): Node {
     },
     status: {
       capacity: { ...vm.shape.capacity },
-      allocatable: { ...vm.shape.capacity },
+      allocatable: { ...vm.shape.allocatable },
       conditions: [readyCondition(booted, stamp)],
       addresses: addressesOf(vm.name),
       nodeInfo: {

@@ -563,6 +563,36 @@ describe('lib/api/validation', () => {
       expectError(validateMachineClass(mc), 'nodeTemplate.capacity.memory', QUANTITY_MESSAGE);
     });
 
+    it('rejects an allocatable above the capacity or of a resource the node lacks, per resource', () => {
+      const mc = machineClass();
+      if (mc.nodeTemplate !== undefined) {
+        mc.nodeTemplate.capacity = { cpu: '2', memory: '4Gi' };
+        mc.nodeTemplate.virtualCapacity = { 'example.com/dongle': 1 };
+        mc.nodeTemplate.allocatable = {
+          cpu: '2001m',
+          memory: '3Gi',
+          pods: '111',
+          'example.com/dongle': '1',
+          'nvidia.com/gpu': '1',
+        };
+      }
+      const errs = validateMachineClass(mc);
+      expectError(errs, 'nodeTemplate.allocatable.cpu', 'must not exceed the capacity (2)');
+      expectError(errs, 'nodeTemplate.allocatable.pods', 'must not exceed the capacity (110)');
+      expectError(errs, 'nodeTemplate.allocatable.nvidia.com/gpu', 'must name a resource');
+      expect(errs.map((e) => e.field)).to.have.members([
+        'nodeTemplate.allocatable.cpu',
+        'nodeTemplate.allocatable.pods',
+        'nodeTemplate.allocatable.nvidia.com/gpu',
+      ]);
+    });
+
+    it('rejects an allocatable that is not a quantity', () => {
+      const mc = machineClass();
+      if (mc.nodeTemplate !== undefined) mc.nodeTemplate.allocatable = { cpu: 'most' };
+      expectError(validateMachineClass(mc), 'nodeTemplate.allocatable.cpu', QUANTITY_MESSAGE);
+    });
+
     it('accepts a class without node template', () => {
       const mc = machineClass();
       delete mc.nodeTemplate;

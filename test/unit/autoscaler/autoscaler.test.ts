@@ -334,7 +334,45 @@ describe('autoscaler template node', () => {
     const bad = { ...cls, nodeTemplate: { ...cls.nodeTemplate, capacity: { cpu: 'two' } } } as MachineClass;
     expect(buildTemplateNode('x', mcd('md', 1), bad))
       .to.have.property('unavailable')
-      .that.matches(/not a quantity/);
+      .that.matches(/nodeTemplate\.capacity\.cpu: must be a resource quantity/);
+  });
+  it('offers nodeTemplate.allocatable to pods, and the full capacity of resources it does not name', () => {
+    const reserved = {
+      ...cls,
+      nodeTemplate: {
+        ...cls.nodeTemplate,
+        capacity: { cpu: '2', memory: '4Gi', pods: 64 },
+        virtualCapacity: { 'example.com/dongle': '2' },
+        allocatable: { cpu: '1930m', memory: '3Gi', 'example.com/dongle': '1' },
+      },
+    } as MachineClass;
+    const r = buildTemplateNode(`${NS}/md`, mcd('md', 1), reserved);
+    if (!('node' in r)) expect.fail(r.unavailable);
+    expect(r.node.status?.capacity).to.deep.equal({
+      cpu: '2',
+      memory: '4Gi',
+      pods: '64',
+      'example.com/dongle': '2',
+    });
+    expect(r.node.status?.allocatable).to.deep.equal({
+      cpu: '1930m',
+      memory: '3Gi',
+      pods: '64',
+      'example.com/dongle': '1',
+    });
+  });
+  it('is unavailable when nodeTemplate.allocatable exceeds the capacity or names a resource the node lacks', () => {
+    const withAllocatable = (allocatable: Record<string, string>): MachineClass =>
+      ({ ...cls, nodeTemplate: { ...cls.nodeTemplate, allocatable } }) as MachineClass;
+    expect(buildTemplateNode('x', mcd('md', 1), withAllocatable({ memory: '4097Mi' })))
+      .to.have.property('unavailable')
+      .that.matches(/nodeTemplate\.allocatable\.memory: must not exceed the capacity \(4Gi\)/);
+    expect(buildTemplateNode('x', mcd('md', 1), withAllocatable({ 'example.com/none': '1' })))
+      .to.have.property('unavailable')
+      .that.matches(/nodeTemplate\.allocatable\.example\.com\/none: must name a resource/);
+    expect(
+      buildTemplateNode('x', mcd('md', 1), withAllocatable({ memory: '4Gi', pods: '110' })),
+    ).to.have.property('node');
   });
   it('encodes to the Kubernetes protobuf field numbers (metadata=1 name=1, status=3 capacity=1)', () => {
     const r = buildTemplateNode(`${NS}/md`, mcd('md', 1), cls);

@@ -1,5 +1,8 @@
-import type { Machine, MachineDeployment, MachineSet } from '../../../lib/api/types.js';
+import type { Machine, MachineClass, MachineDeployment, MachineSet } from '../../../lib/api/types.js';
 import { API_VERSION } from '../../../lib/api/types.js';
+import type { Node } from '../../../lib/kube/types.js';
+import { DEFAULT_SHAPE } from '../../../lib/providers/virtual/spec.js';
+import { buildVmNode } from '../../../lib/providers/virtual/vm.js';
 
 export const NS = 'default';
 
@@ -102,5 +105,32 @@ export function machineDeployment(name: string, replicas: number): MachineDeploy
         spec: { class: { kind: 'MachineClass', name: 'small' } },
       },
     },
+  };
+}
+
+/** A VM of the virtual cloud (its Node, Ready), created for machine `machineName` of class `className`. */
+export function virtualVm(name: string, machineName: string, className = 'small'): Node {
+  return buildVmNode(
+    {
+      name,
+      machine: `${NS}/${machineName}`,
+      machineClass: className,
+      shape: DEFAULT_SHAPE,
+      bootAt: 0,
+      notReadyAt: undefined,
+      bootNeverCompletes: false,
+    },
+    Date.UTC(2026, 10, 21, 9, 0, 0),
+  );
+}
+
+/** A MachineClass of the virtual provider with an empty providerSpec. */
+export function virtualClass(name: string, finalizers?: string[]): MachineClass {
+  return {
+    apiVersion: API_VERSION,
+    kind: 'MachineClass',
+    metadata: { name, namespace: NS, ...(finalizers === undefined ? {} : { finalizers }) },
+    provider: 'virtual',
+    providerSpec: {},
   };
 }

@@ -11,11 +11,13 @@ import {
   type ControllerContext,
   type ControllerSettings,
 } from '../../../lib/controllers/context.js';
+import { ProviderRegistry } from '../../../lib/driver/registry.js';
 import { FakeClock } from '../../../lib/kube/clock.js';
 import { FakeEventRecorder } from '../../../lib/kube/events.js';
 import { CoreResources, type ResourceType } from '../../../lib/kube/resources.js';
 import { CapturingLogger } from '../../../lib/observability/logger.js';
 import { newRegistry } from '../../../lib/observability/metrics.js';
+import { virtualProvider } from '../../../lib/providers/virtual/index.js';
 import { FakeKube } from '../../fakes/kube.js';
 import { eventually } from '../helpers/eventually.js';
 
@@ -53,6 +55,29 @@ export class ControllerTestEnv {
       recorderFor: () => this.recorder,
       settings: { ...defaultControllerSettings, ...settings },
     };
+  }
+
+  /** The built-in virtual provider over this environment (its VMs are Nodes of `target`). */
+  virtualProviders(): ProviderRegistry {
+    const providers = new ProviderRegistry().register('virtual', virtualProvider());
+    providers.instantiate({
+      control: this.api,
+      target: this.target,
+      namespace: this.ctx.namespace,
+      nodes: this.informers.nodes,
+      clock: this.clock,
+      logger: this.logger,
+      registry: this.registry,
+    });
+    return providers;
+  }
+
+  /** Names of the target cluster's Nodes (the virtual provider's VMs), sorted. */
+  nodeNames(): string[] {
+    return this.target
+      .all(CoreResources.nodes)
+      .map((n) => n.metadata.name ?? '')
+      .sort();
   }
 
   seed(res: ResourceType, ...objs: KubeObject[]): void {

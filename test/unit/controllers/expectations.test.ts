@@ -89,6 +89,16 @@ describe('Expectations', () => {
       expect(exp.satisfied(KEY)).to.equal(true);
     });
 
+    it('tells how long unmet expectations have left before they expire', async () => {
+      expect(exp.expiresIn(KEY), 'nothing pending').to.equal(0);
+      exp.expectCreations(KEY, 1);
+      expect(exp.expiresIn(KEY)).to.equal(EXPECTATIONS_TTL_MS);
+      await clock.advance(60_000);
+      expect(exp.expiresIn(KEY)).to.equal(EXPECTATIONS_TTL_MS - 60_000);
+      exp.creationObserved(KEY);
+      expect(exp.expiresIn(KEY), 'met').to.equal(0);
+    });
+
     it('honours a custom TTL', async () => {
       const short = new Expectations(clock, 1000);
       short.expectCreations(KEY, 1);

@@ -3,11 +3,13 @@ import { expect } from 'chai';
 import type { Machine, MachineSet } from '../../../lib/api/types.js';
 import { MachineResource, MachineSetResource } from '../../../lib/api/types.js';
 import { rfc3339 } from '../../../lib/controllers/conditions.js';
+import { EXPECTATIONS_TTL_MS } from '../../../lib/controllers/expectations.js';
 import { compareForDeletion } from '../../../lib/controllers/machines.js';
 import { MachineSetController } from '../../../lib/controllers/machineset/controller.js';
 import { planReplicas, slowStartBatch } from '../../../lib/controllers/machineset/replicas.js';
 import { ConflictError, InvalidError, UnavailableError } from '../../../lib/kube/errors.js';
-import { nullLogger } from '../../../lib/observability/logger.js';
+import { CapturingLogger, nullLogger } from '../../../lib/observability/logger.js';
+import { eventually } from '../helpers/eventually.js';
 import { NS, machine, machineSet } from './builders.js';
 import { ControllerTestEnv } from './env.js';
 
@@ -255,6 +257,12 @@ describe('MachineSetController.reconcile', () => {
 
   const owned = (name: string): Machine[] =>
     env.api.all<Machine>(MachineResource, NS).filter((m) => m.metadata.ownerReferences?.[0]?.name === name);
+  /** Names of the machines deleted since the last clearActions(), in call order. */
+  const deletedMachines = (): (string | undefined)[] =>
+    env.api
+      .writes()
+      .filter((w) => w.verb === 'delete' && w.resource.startsWith('machines.'))
+      .map((w) => w.name);
 
   it('creates missing machines from the template with a controller reference and records events', async () => {
     const ms = machineSet('ms', 3);
@@ -353,10 +361,7 @@ describe('MachineSetController.reconcile', () => {
       machine('prio', { owner: ms, annotations: { 'machinepriority.machine.sapcloud.io': '1' } }),
     );
     await controller.reconcile(`${NS}/ms`, ctxFor);
-    const deleted = env.api
-      .writes()
-      .filter((w) => w.verb === 'delete')
-      .map((w) => w.name);
+    const deleted = deletedMachines();
     expect(deleted.sort()).to.deep.equal(['pending', 'prio']);
     const statusPatches = env.api.writes().filter((w) => w.verb === 'patch' && w.subresource === 'status');
     expect(statusPatches.map((w) => w.name).sort()).to.deep.equal(['pending', 'prio']);
@@ -364,6 +369,103 @@ describe('MachineSetController.reconcile', () => {
       'Terminating',
     );
     expect(env.recorder.reasons().filter((r) => r === 'SuccessfulDelete')).to.have.length(2);
+  });
+
+  describe('marking the machines it deletes Terminating', () => {
+    const MACHINE_CONTROLLER_STATUS = {
+      currentStatus: { phase: 'Terminating' },
+      deletionStep: 'DrainNode',
+      lastOperation: { type: 'Delete', state: 'Processing', description: 'Drain of node n waits' },
+    };
+    const isMark = (w: { verb: string; subresource?: string | undefined; body?: unknown }): boolean =>
+      w.verb === 'patch' &&
+      w.subresource === 'status' &&
+      (w.body as Machine).status?.lastOperation?.description === 'Deleting machine from cloud provider';
+
+    /** Writes what the machine controller's first deletion pass writes, once, when `when` holds. */
+    function machineControllerWrites(
+      name: string,
+      when: (a: { verb: string; name?: string | undefined; subresource?: string | undefined }) => boolean,
+    ): void {
+      let done = false;
+      env.api.react((a) => {
+        if (done || a.name !== name || !a.resource.startsWith('machines.') || !when(a)) return undefined;
+        done = true;
+        void env.api.patch(
+          MachineResource,
+          name,
+          { status: MACHINE_CONTROLLER_STATUS },
+          { type: 'merge', namespace: NS, subresource: 'status' },
+        );
+        return undefined;
+      });
+    }
+
+    async function scaleDownOne(): Promise<void> {
+      const ms = machineSet('ms', 1);
+      await setup(
+        ms,
+        machine('keep', { owner: ms, created: '2026-11-21T00:00:00Z' }),
+        machine('go', { owner: ms, annotations: { 'machinepriority.machine.sapcloud.io': '1' } }),
+      );
+    }
+
+    it('makes the mark conditional on the resourceVersion its DELETE returned', async () => {
+      await scaleDownOne();
+      const seen: { rv?: string | undefined; precondition?: string | undefined }[] = [];
+      env.api.react((a) => {
+        if (isMark(a)) {
+          seen.push({
+            rv: env.api.peek<Machine>(MachineResource, 'go', NS)?.metadata.resourceVersion,
+            precondition: (a.body as Machine).metadata.resourceVersion,
+          });
+        }
+        return undefined;
+      });
+      await controller.reconcile(`${NS}/ms`, ctxFor);
+      expect(seen).to.have.length(1);
+      expect(seen[0]?.precondition).to.be.a('string').and.equal(seen[0]?.rv);
+      expect(env.api.peek<Machine>(MachineResource, 'go', NS)?.status?.currentStatus?.phase).to.equal(
+        'Terminating',
+      );
+    });
+
+    it('does not overwrite the deletion status the machine controller wrote after the DELETE, and takes the conflict quietly', async () => {
+      await scaleDownOne();
+      machineControllerWrites('go', isMark);
+      const logger = new CapturingLogger();
+      await controller.reconcile(`${NS}/ms`, { ...ctxFor, log: logger });
+      const status = env.api.peek<Machine>(MachineResource, 'go', NS)?.status;
+      expect(status?.deletionStep).to.equal('DrainNode');
+      expect(status?.lastOperation?.description).to.equal('Drain of node n waits');
+      expect(logger.lines.filter((l) => l.level === 'warn' || l.level === 'error')).to.deep.equal([]);
+    });
+
+    it('does not mark a machine whose DELETE shows the machine controller marked it already', async () => {
+      await scaleDownOne();
+      machineControllerWrites('go', (a) => a.verb === 'delete');
+      await controller.reconcile(`${NS}/ms`, ctxFor);
+      expect(env.api.writes().filter(isMark)).to.deep.equal([]);
+      expect(env.api.peek<Machine>(MachineResource, 'go', NS)?.status?.deletionStep).to.equal('DrainNode');
+    });
+
+    it('leaves the mark to the machine controller when it runs in the same process, and counts the machine as not ready', async () => {
+      await env.stop();
+      env = new ControllerTestEnv({ finalizeNewMachines: true });
+      await scaleDownOne();
+      await controller.reconcile(`${NS}/ms`, ctxFor);
+      expect(deletedMachines()).to.deep.equal(['go']);
+      expect(env.api.writes().filter((w) => w.verb === 'patch' && w.subresource === 'status')).to.deep.equal(
+        [],
+      );
+      await env.settle();
+      await controller.reconcile(`${NS}/ms`, ctxFor);
+      expect(env.api.peek<MachineSet>(MachineSetResource, 'ms', NS)?.status).to.deep.include({
+        replicas: 2,
+        readyReplicas: 1,
+        availableReplicas: 1,
+      });
+    });
   });
 
   it('does not delete again while its own deletions are not yet in the cache', async () => {
@@ -435,12 +537,7 @@ describe('MachineSetController.reconcile', () => {
       }),
     );
     await controller.reconcile(`${NS}/ms`, ctxFor);
-    expect(
-      env.api
-        .writes()
-        .filter((w) => w.verb === 'delete')
-        .map((w) => w.name),
-    ).to.deep.equal(['failed']);
+    expect(deletedMachines()).to.deep.equal(['failed']);
     const status = env.api.peek<MachineSet>(MachineSetResource, 'ms', NS)?.status;
     expect(status?.failedMachines?.map((f) => f.name)).to.deep.equal(['failed']);
     expect(status?.preservedFailedReplicas).to.equal(1);
@@ -520,6 +617,57 @@ describe('MachineSetController.reconcile', () => {
     expect((error as Error | undefined)?.cause).to.equal(refused);
   });
 
+  /**
+   * Creates `replicas` machines while the machine watch lags, then deletes the set; only the
+   * MachineSet watch catches up, so the cache shows the deleted set but none of its new machines.
+   */
+  async function deleteWhileCreationsUnseen(replicas: number): Promise<void> {
+    const ms = machineSet('ms', replicas);
+    ms.metadata.finalizers = ['machine.sapcloud.io/machine-controller-manager'];
+    await setup(ms);
+    env.api.holdWatches();
+    await controller.reconcile(`${NS}/ms`, ctxFor);
+    expect(env.api.writes().filter((w) => w.verb === 'create')).to.have.length(replicas);
+    await env.api.delete(MachineSetResource, 'ms', { namespace: NS });
+    env.api.releaseWatches(MachineSetResource);
+    await eventually(
+      () => env.informers.machineSets.get(NS, 'ms')?.metadata.deletionTimestamp !== undefined,
+      'the cache shows the set being deleted',
+    );
+    expect(env.informers.machines.size(), 'its machines are not in the cache yet').to.equal(0);
+  }
+
+  it('keeps its finalizer while being deleted until its own creations show up in the cache, then deletes them', async () => {
+    await deleteWhileCreationsUnseen(2);
+    const result = await controller.reconcile(`${NS}/ms`, ctxFor);
+    expect(env.api.peek<MachineSet>(MachineSetResource, 'ms', NS)?.metadata.finalizers).to.deep.equal([
+      'machine.sapcloud.io/machine-controller-manager',
+    ]);
+    expect(result.requeueAfter, 'looks again by the time the expectations expire').to.be.within(
+      1000,
+      EXPECTATIONS_TTL_MS + 1,
+    );
+
+    env.api.releaseWatches();
+    await env.settle();
+    const created = owned('ms').map((m) => m.metadata.name);
+    expect(created).to.have.length(2);
+    await controller.reconcile(`${NS}/ms`, ctxFor);
+    expect(deletedMachines().sort()).to.deep.equal(created.sort());
+    expect(env.api.peek<MachineSet>(MachineSetResource, 'ms', NS), 'still there for them').to.not.equal(
+      undefined,
+    );
+  });
+
+  it('removes its finalizer while being deleted once unseen creations expire (a lost watch event)', async () => {
+    await deleteWhileCreationsUnseen(1);
+    await controller.reconcile(`${NS}/ms`, ctxFor);
+    expect(env.api.peek<MachineSet>(MachineSetResource, 'ms', NS)).to.not.equal(undefined);
+    await env.clock.advance(EXPECTATIONS_TTL_MS + 1);
+    await controller.reconcile(`${NS}/ms`, ctxFor);
+    expect(env.api.peek<MachineSet>(MachineSetResource, 'ms', NS)).to.equal(undefined);
+  });
+
   it('deletes all its machines when deleted, then removes its finalizer', async () => {
     const ms = machineSet('ms', 2);
     ms.metadata.finalizers = ['machine.sapcloud.io/machine-controller-manager'];
@@ -527,13 +675,7 @@ describe('MachineSetController.reconcile', () => {
     await env.api.delete(MachineSetResource, 'ms', { namespace: NS });
     await env.settle();
     await controller.reconcile(`${NS}/ms`, ctxFor);
-    expect(
-      env.api
-        .writes()
-        .filter((w) => w.verb === 'delete' && w.resource.startsWith('machines.'))
-        .map((w) => w.name)
-        .sort(),
-    ).to.deep.equal(['a', 'b']);
+    expect(deletedMachines().sort()).to.deep.equal(['a', 'b']);
     // The machines' own finalizers are removed by the machine controller; simulate that.
     for (const name of ['a', 'b']) {
       const m = env.api.peek<Machine>(MachineResource, name, NS) as Machine;

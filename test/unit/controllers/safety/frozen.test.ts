@@ -9,11 +9,9 @@ import {
 } from '../../../../lib/api/types.js';
 import { MachineController } from '../../../../lib/controllers/machine/controller.js';
 import { defaultMachineControllerSettings } from '../../../../lib/controllers/machine/settings.js';
-import { ProviderRegistry } from '../../../../lib/driver/registry.js';
 import { CoreResources } from '../../../../lib/kube/resources.js';
 import type { Node } from '../../../../lib/kube/types.js';
 import { nullLogger } from '../../../../lib/observability/logger.js';
-import { virtualProvider } from '../../../../lib/providers/virtual/index.js';
 import { ControllerTestEnv } from '../env.js';
 
 const rctx = { log: nullLogger, signal: new AbortController().signal };
@@ -72,16 +70,7 @@ describe('machine controller while frozen (API-server safety seam)', () => {
     env.seed(MachineClassResource, cls);
     env.seed(MachineResource, unknownMachine('stuck'), unknownMachine('going', true));
     env.seed(CoreResources.nodes, notReadyNode('stuck'), notReadyNode('going'));
-    const providers = new ProviderRegistry().register('virtual', virtualProvider());
-    providers.instantiate({
-      control: env.api,
-      target: env.target,
-      namespace: 'default',
-      nodes: env.informers.nodes,
-      clock: env.clock,
-      logger: env.logger,
-      registry: env.registry,
-    });
+    const providers = env.virtualProviders();
     mc = new MachineController(env.ctx, {
       settings: defaultMachineControllerSettings,
       providers,

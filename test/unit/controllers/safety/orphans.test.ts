@@ -1,21 +1,12 @@
 import { expect } from 'chai';
 
-import {
-  API_VERSION,
-  MachineClassResource,
-  MachineResource,
-  type Machine,
-  type MachineClass,
-} from '../../../../lib/api/types.js';
+import { MachineClassResource, MachineResource, type Machine } from '../../../../lib/api/types.js';
 import { OrphanVmCollector, classifyVm, planOrphans } from '../../../../lib/controllers/safety/orphans.js';
-import { ProviderRegistry } from '../../../../lib/driver/registry.js';
 import { CoreResources } from '../../../../lib/kube/resources.js';
-import type { Node } from '../../../../lib/kube/types.js';
 import { nullLogger } from '../../../../lib/observability/logger.js';
-import { virtualProvider } from '../../../../lib/providers/virtual/index.js';
 import { DEFAULT_SHAPE } from '../../../../lib/providers/virtual/spec.js';
-import { buildVmNode, providerIDOf } from '../../../../lib/providers/virtual/vm.js';
-import { machine } from '../builders.js';
+import { providerIDOf } from '../../../../lib/providers/virtual/vm.js';
+import { machine, virtualClass, virtualVm } from '../builders.js';
 import { ControllerTestEnv } from '../env.js';
 
 const rctx = { log: nullLogger, signal: new AbortController().signal };
@@ -100,33 +91,9 @@ describe('planOrphans', () => {
       { providerID: pid('dup'), machineName: 'dup', recorded: pid('dup-first') },
     ]);
     expect(plan.kept).to.equal(4);
+    expect(plan.creating, 'kept without a machine: its creation is running').to.equal(1);
   });
 });
-
-function cls(name: string): MachineClass {
-  return {
-    apiVersion: API_VERSION,
-    kind: 'MachineClass',
-    metadata: { name, namespace: 'default' },
-    provider: 'virtual',
-    providerSpec: {},
-  };
-}
-
-function vmNode(name: string, machineName: string, className = 'small'): Node {
-  return buildVmNode(
-    {
-      name,
-      machine: `default/${machineName}`,
-      machineClass: className,
-      shape: DEFAULT_SHAPE,
-      bootAt: 0,
-      notReadyAt: undefined,
-      bootNeverCompletes: false,
-    },
-    Date.UTC(2026, 10, 21, 9, 0, 0),
-  );
-}
 
 describe('OrphanVmCollector (in-memory API, virtual provider)', () => {
   let env: ControllerTestEnv;
@@ -134,17 +101,11 @@ describe('OrphanVmCollector (in-memory API, virtual provider)', () => {
   let frozen: boolean;
   let inFlight: Set<string>;
 
-  const nodeNames = (): string[] =>
-    env.target
-      .all(CoreResources.nodes)
-      .map((n) => n.metadata.name ?? '')
-      .sort();
-
   beforeEach(async () => {
     env = new ControllerTestEnv();
     frozen = false;
     inFlight = new Set();
-    env.seed(MachineClassResource, cls('small'));
+    env.seed(MachineClassResource, virtualClass('small'));
     env.seed(
       MachineResource,
       withVm(machine('owned'), pid('owned')),
@@ -153,22 +114,13 @@ describe('OrphanVmCollector (in-memory API, virtual provider)', () => {
     );
     env.seed(
       CoreResources.nodes,
-      vmNode('owned', 'owned'),
-      vmNode('creating', 'creating'),
-      vmNode('pending', 'pending'),
-      vmNode('ghost', 'ghost'),
-      vmNode('inflight', 'inflight'),
+      virtualVm('owned', 'owned'),
+      virtualVm('creating', 'creating'),
+      virtualVm('pending', 'pending'),
+      virtualVm('ghost', 'ghost'),
+      virtualVm('inflight', 'inflight'),
     );
-    const providers = new ProviderRegistry().register('virtual', virtualProvider());
-    providers.instantiate({
-      control: env.api,
-      target: env.target,
-      namespace: 'default',
-      nodes: env.informers.nodes,
-      clock: env.clock,
-      logger: env.logger,
-      registry: env.registry,
-    });
+    const providers = env.virtualProviders();
     collector = new OrphanVmCollector(env.ctx, {
       providers,
       periodMs: 60_000,
@@ -187,7 +139,7 @@ describe('OrphanVmCollector (in-memory API, virtual provider)', () => {
   it('deletes the VM without a machine and keeps every VM whose machine exists or is being created', async () => {
     inFlight.add('default/inflight');
     await collector.reconcile(rctx);
-    expect(nodeNames()).to.deep.equal(['creating', 'inflight', 'owned', 'pending']);
+    expect(env.nodeNames()).to.deep.equal(['creating', 'inflight', 'owned', 'pending']);
     const deletes = env.target.writes().filter((w) => w.verb === 'delete');
     expect(deletes.map((d) => d.name)).to.deep.equal(['ghost']);
     expect(env.recorder.events.map((e) => [e.reason, e.subject.kind, e.subject.name])).to.deep.equal([
@@ -199,12 +151,33 @@ describe('OrphanVmCollector (in-memory API, virtual provider)', () => {
     expect(collected?.values[0]).to.deep.include({ value: 1, labels: { provider: 'virtual' } });
   });
 
+  it('collects the VM of a class that no longer exists through the provider’s own inventory, keeping VMs whose machine exists', async () => {
+    // VM created, providerID write lost, machine deleted, class deleted: ListMachines cannot
+    // reach these VMs any more, having no class to list them through.
+    env.target.seed(
+      CoreResources.nodes,
+      virtualVm('lost', 'lost', 'deleted-class'),
+      virtualVm('creating-elsewhere', 'creating', 'deleted-class'),
+    );
+    await env.settle();
+    await collector.reconcile(rctx);
+    expect(env.nodeNames()).to.not.include('lost');
+    expect(env.nodeNames(), 'its machine exists (being created)').to.include('creating-elsewhere');
+    expect(
+      env.target
+        .writes()
+        .filter((w) => w.verb === 'delete')
+        .map((w) => w.name)
+        .sort(),
+    ).to.deep.equal(['ghost', 'inflight', 'lost']);
+  });
+
   it('re-reads the machine live before deleting: a machine the cache has not seen yet keeps its VM', async () => {
     env.api.holdWatches();
     await env.api.create(MachineResource, withVm(machine('ghost', { phase: 'Creating' }), ''));
     expect(env.informers.machines.get('default', 'ghost'), 'the cache lags').to.equal(undefined);
     await collector.reconcile(rctx);
-    expect(nodeNames()).to.include('ghost');
+    expect(env.nodeNames()).to.include('ghost');
     expect(env.api.actions.some((a) => a.verb === 'get' && a.name === 'ghost')).to.equal(true);
     env.api.releaseWatches();
   });
@@ -212,7 +185,7 @@ describe('OrphanVmCollector (in-memory API, virtual provider)', () => {
   it('does nothing while the machine controller is frozen', async () => {
     frozen = true;
     await collector.reconcile(rctx);
-    expect(nodeNames()).to.include('ghost');
+    expect(env.nodeNames()).to.include('ghost');
     expect(env.target.writes()).to.have.length(0);
   });
 
@@ -228,10 +201,10 @@ describe('OrphanVmCollector (in-memory API, virtual provider)', () => {
       { type: 'merge', namespace: 'default' },
     );
     await env.settle();
-    expect(nodeNames()).to.include('ghost');
+    expect(env.nodeNames()).to.include('ghost');
     await env.clock.advance(5_000);
     await collector.controller.stop({ drain: true });
-    expect(nodeNames()).to.not.include('ghost');
-    expect(nodeNames(), 'the VM of the deleted machine is an orphan now too').to.not.include('owned');
+    expect(env.nodeNames()).to.not.include('ghost');
+    expect(env.nodeNames(), 'the VM of the deleted machine is an orphan now too').to.not.include('owned');
   });
 });

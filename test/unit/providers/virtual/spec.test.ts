@@ -1,5 +1,6 @@
 import { expect } from 'chai';
 
+import { buildTemplateNode } from '../../../../lib/autoscaler/template.js';
 import { parseProviderSpec, vmShapeOf } from '../../../../lib/providers/virtual/spec.js';
 import {
   buildVmNode,
@@ -126,7 +127,37 @@ describe('virtual provider: VM shape and Node', () => {
       zone: 'z',
       architecture: 'arm64',
       capacity: { cpu: '4', memory: '16Gi', pods: '110' },
+      allocatable: { cpu: '4', memory: '16Gi', pods: '110' },
     });
+  });
+
+  it('gives the Node the allocatable the autoscaler’s template node has', () => {
+    const machineClass = cls({
+      capacity: { cpu: '4', memory: '16Gi' },
+      allocatable: { cpu: '3920m', memory: '14Gi' },
+      virtualCapacity: { 'example.com/dongle': '1' },
+      instanceType: 'm5',
+      region: 'r',
+      zone: 'z',
+    });
+    const node = buildVmNode(
+      {
+        name: 'm',
+        machine: 'ns/m',
+        machineClass: 'c',
+        shape: vmShapeOf(machineClass),
+        bootAt: 0,
+        notReadyAt: undefined,
+        bootNeverCompletes: false,
+      },
+      1000,
+    );
+    expect(node.status?.capacity).to.deep.equal({ cpu: '4', memory: '16Gi', pods: '110' });
+    expect(node.status?.allocatable).to.deep.equal({ cpu: '3920m', memory: '14Gi', pods: '110' });
+    const template = buildTemplateNode('ns/md', { spec: { template: {} } } as never, machineClass);
+    if (!('node' in template)) expect.fail(template.unavailable);
+    for (const r of ['cpu', 'memory', 'pods'])
+      expect(node.status?.allocatable?.[r], r).to.equal(template.node.status?.allocatable?.[r]);
   });
 
   it('keeps an explicit pods capacity', () => {
