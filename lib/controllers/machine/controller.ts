@@ -23,8 +23,17 @@ import { ReplacementBudget } from './budget.js';
 import { needsCreation, runCreationFlow } from './create.js';
 import { runDeletionFlow } from './deletion.js';
 import { MachineEventReason, type MachineDeps } from './deps.js';
+import {
+  MACHINE_DRAINING_INDEX,
+  drainId,
+  drainingIndex,
+  drainingMachines,
+  endDrain,
+  endDrainsOf,
+  isDraining,
+} from './drains.js';
 import { planHealth } from './health.js';
-import { inPlaceDrainId, reconcileInPlace } from './inplaceflow.js';
+import { reconcileInPlace } from './inplaceflow.js';
 import { MachineMetrics } from './metrics.js';
 import { planNodeSync } from './nodesync.js';
 import { effectivePreserve, preserveTimeoutOf, wantsPreservation } from './preserve.js';
@@ -32,7 +41,7 @@ import { reconcilePreservation } from './preservation.js';
 import { rfc3339 } from '../conditions.js';
 import { resolveMachineClass } from './resolve.js';
 import type { MachineControllerSettings } from './settings.js';
-import { DeletionStep, patchMachineStatus, type StatusChange } from './status.js';
+import { patchMachineStatus, type StatusChange } from './status.js';
 
 type CachedMachine = DeepReadonly<Machine>;
 type CachedNode = DeepReadonly<Node>;
@@ -144,6 +153,7 @@ export class MachineController {
         opts.settings.maxUnhealthyReplacements,
       ),
     };
+    informers.machines.addIndexer(MACHINE_DRAINING_INDEX, drainingIndex);
     this.controller = new Controller({
       name: 'machine',
       workers: opts.workers,
@@ -199,6 +209,10 @@ export class MachineController {
       onUpdate: (old, m) => {
         if (old === m || machineChanged(old, m)) this.enqueue(m);
       },
+      onDelete: (m) => {
+        // Whatever was in memory for it goes with it (a finalizer removed by hand included).
+        endDrainsOf(this.deps, objectKey(m));
+      },
     });
     nodes?.addHandler({
       onAdd: (n) => {
@@ -215,7 +229,7 @@ export class MachineController {
     const enqueueDeletingOn = (nodeName: string | undefined): void => {
       if (nodeName === undefined) return;
       for (const m of machines.byIndex(MACHINE_NODE_INDEX, nodeName)) {
-        if (m.metadata.deletionTimestamp !== undefined) this.enqueue(m);
+        if (m.metadata.deletionTimestamp !== undefined || isDraining(m)) this.enqueue(m);
       }
     };
     const drain = this.deps.informers.drain;
@@ -233,10 +247,7 @@ export class MachineController {
     });
     // A budget that changes may let a blocked drain go on (or explain better why it cannot).
     const enqueueDraining = (): void => {
-      for (const m of machines.list()) {
-        if (m.metadata.deletionTimestamp !== undefined && m.status?.deletionStep === DeletionStep.DrainNode)
-          this.enqueue(m);
-      }
+      for (const m of drainingMachines(this.deps)) this.enqueue(m);
     };
     drain?.podDisruptionBudgets.addHandler({
       onAdd: (_b, initial) => {
@@ -295,7 +306,8 @@ export class MachineController {
     const m = this.deps.informers.machines.getByKey(key);
     if (m === undefined) return {};
     if (m.metadata.deletionTimestamp !== undefined) {
-      this.deps.drainer?.forget(inPlaceDrainId(m));
+      endDrain(this.deps, drainId('inplace', key));
+      endDrain(this.deps, drainId('preserve', key));
       return runDeletionFlow(this.deps, m, log);
     }
     if (this.frozen()) {
@@ -310,6 +322,7 @@ export class MachineController {
     const results: ReconcileResult[] = [];
     const nodeName = m.metadata.labels?.[Label.Node];
     let current: CachedMachine | Machine = m;
+    let updateDraining = false;
     if (this.deps.target !== undefined && nodeName !== undefined && phaseOf(m) !== MachinePhase.Creating) {
       const health = await this.reconcileHealth(m, nodeName, log);
       results.push(health.result);
@@ -319,8 +332,10 @@ export class MachineController {
         const inPlace = await reconcileInPlace(this.deps, current, node, log);
         results.push(inPlace.result);
         current = inPlace.machine;
+        updateDraining = inPlace.draining === true;
       }
     }
+    if (!updateDraining) endDrain(this.deps, drainId('inplace', key));
     if (needsCreation(current)) {
       this.creating.add(key);
       try {

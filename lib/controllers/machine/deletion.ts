@@ -24,7 +24,7 @@ import { formatGoDuration } from '../../api/duration.js';
 import { RetryPeriod, deleteRetryClass, deletionStatusRetryClass, retryDelay } from '../../driver/retry.js';
 import type { ReconcileResult } from '../../kube/controller.js';
 import { isNotFound } from '../../kube/errors.js';
-import type { DeepReadonly } from '../../kube/informer.js';
+import { objectKey, type DeepReadonly } from '../../kube/informer.js';
 import { CoreResources } from '../../kube/resources.js';
 import type { Node } from '../../kube/types.js';
 import type { Logger } from '../../observability/logger.js';
@@ -33,6 +33,7 @@ import { NODE_MACHINE_INDEX } from '../context.js';
 import { removeFinalizerAt } from '../finalizers.js';
 import { phaseOf } from '../machines.js';
 import { MachineEventReason, type MachineDeps } from './deps.js';
+import { drainId, endDrain } from './drains.js';
 import { isNodeHealthy, lastOp } from './health.js';
 import { resolveMachineClass } from './resolve.js';
 import { drainTimeoutOf, nodeConditionsOf } from './settings.js';
@@ -227,6 +228,8 @@ class DeletionPass {
     }
     const drainer = this.d.drainer;
     if (drainer === undefined || node === undefined || node.metadata.deletionTimestamp !== undefined) {
+      // No node left to drain: a drain that was under way ends here too.
+      endDrain(this.d, drainId('deletion', objectKey(this.m)));
       return { next: DeletionStep.DeleteVM };
     }
     return this.drainRound(drainer);
@@ -236,7 +239,7 @@ class DeletionPass {
   private async drainRound(drainer: Drainer): Promise<StepOutcome> {
     const d = this.d;
     const now = d.clock.now();
-    const key = `${this.m.metadata.namespace ?? ''}/${this.m.metadata.name ?? ''}`;
+    const key = drainId('deletion', objectKey(this.m));
     const name = this.m.metadata.name ?? '';
     const namespace = this.m.metadata.namespace ?? '';
     const requested = Date.parse(this.m.metadata.deletionTimestamp ?? '');
@@ -254,7 +257,7 @@ class DeletionPass {
     });
     if (round.done) {
       drainer.forget(key);
-      d.drainMetrics.finished(namespace, name, (now - startedAt) / 1000);
+      d.drainMetrics.finished(key, namespace, (now - startedAt) / 1000);
       if (force !== undefined) {
         d.recorder.event(
           this.m,
@@ -266,7 +269,7 @@ class DeletionPass {
       return { next: DeletionStep.DeleteVM };
     }
     const forceAt = startedAt + timeout;
-    d.drainMetrics.blocked(namespace, name, round.blockers, (forceAt - now) / 1000);
+    d.drainMetrics.blocked(key, namespace, name, round.blockers, (forceAt - now) / 1000);
     const what = describeBlockers(round.blockers);
     let description: string;
     if (force !== undefined) {
