@@ -34,6 +34,7 @@ import {
 } from './drains.js';
 import { planHealth } from './health.js';
 import { reconcileInPlace } from './inplaceflow.js';
+import { MachineMemory } from './memory.js';
 import { MachineMetrics } from './metrics.js';
 import { planNodeSync } from './nodesync.js';
 import { effectivePreserve, preserveTimeoutOf, wantsPreservation } from './preserve.js';
@@ -45,6 +46,9 @@ import { patchMachineStatus, type StatusChange } from './status.js';
 
 type CachedMachine = DeepReadonly<Machine>;
 type CachedNode = DeepReadonly<Node>;
+
+/** Machines remembered per in-memory map at most (entries go with their machines well before). */
+const MEMORY_CAPACITY = 10_000;
 
 /** How soon a machine skipped while frozen is looked at again (unfreezing also re-enqueues all). */
 const FROZEN_RECHECK_MS = 60_000;
@@ -146,6 +150,7 @@ export class MachineController {
             })
           : undefined,
       drainMetrics: new DrainMetrics(ctx.registry),
+      deletions: new MachineMemory(MEMORY_CAPACITY),
       budget: new ReplacementBudget(
         informers.machines,
         informers.machineSets,
@@ -212,6 +217,7 @@ export class MachineController {
       onDelete: (m) => {
         // Whatever was in memory for it goes with it (a finalizer removed by hand included).
         endDrainsOf(this.deps, objectKey(m));
+        this.deps.deletions.delete(m.metadata.uid);
       },
     });
     nodes?.addHandler({

@@ -1,70 +1,12 @@
 import { expect } from 'chai';
 
-import {
-  API_VERSION,
-  MachineClassResource,
-  MachineResource,
-  type Machine,
-  type MachineClass,
-} from '../../../../lib/api/types.js';
-import { MachineController } from '../../../../lib/controllers/machine/controller.js';
-import { defaultMachineControllerSettings } from '../../../../lib/controllers/machine/settings.js';
-import { ProviderRegistry } from '../../../../lib/driver/registry.js';
+import { MachineResource, type Machine } from '../../../../lib/api/types.js';
 import { TooManyRequestsError } from '../../../../lib/kube/errors.js';
 import { CoreResources } from '../../../../lib/kube/resources.js';
-import type { Node, Pod, PodDisruptionBudget } from '../../../../lib/kube/types.js';
-import { nullLogger } from '../../../../lib/observability/logger.js';
-import { virtualProvider } from '../../../../lib/providers/virtual/index.js';
+import type { Pod, PodDisruptionBudget } from '../../../../lib/kube/types.js';
 import { eventually } from '../../helpers/eventually.js';
-import { ControllerTestEnv } from '../env.js';
-
-const rctx = { log: nullLogger, signal: new AbortController().signal };
-const FINALIZER = 'machine.sapcloud.io/machine-controller-manager';
-
-const cls: MachineClass = {
-  apiVersion: API_VERSION,
-  kind: 'MachineClass',
-  metadata: { name: 'small', namespace: 'default', finalizers: [FINALIZER] },
-  provider: 'virtual',
-  providerSpec: {},
-};
-
-function machine(name: string, opts: { deleting?: boolean; status?: Machine['status'] } = {}): Machine {
-  return {
-    apiVersion: API_VERSION,
-    kind: 'Machine',
-    metadata: {
-      name,
-      namespace: 'default',
-      uid: `uid-${name}`,
-      finalizers: [FINALIZER],
-      labels: { node: name },
-      ...(opts.deleting === true ? { deletionTimestamp: '2026-11-21T09:59:00Z' } : {}),
-    },
-    spec: { class: { kind: 'MachineClass', name: 'small' }, providerID: `virtual://virtual-zone-a/${name}` },
-    status: opts.status ?? {
-      currentStatus: { phase: 'Running', lastUpdateTime: '2026-11-21T09:00:00Z' },
-      conditions: [{ type: 'Ready', status: 'True' }],
-    },
-  };
-}
-
-function vmNode(name: string, labels: Record<string, string> = {}): Node {
-  return {
-    apiVersion: 'v1',
-    kind: 'Node',
-    metadata: {
-      name,
-      labels: { 'virtual.mcm-ts.io/vm': 'true', 'node.gardener.cloud/machine-name': name, ...labels },
-      annotations: {
-        'virtual.mcm-ts.io/machine': `default/${name}`,
-        'virtual.mcm-ts.io/machine-class': 'small',
-      },
-    },
-    spec: { providerID: `virtual://virtual-zone-a/${name}` },
-    status: { conditions: [{ type: 'Ready', status: 'True' }] },
-  };
-}
+import type { ControllerTestEnv } from '../env.js';
+import { machineControllerEnv as setup, machineWithVm as machine, rctx, vmNode } from './harness.js';
 
 /** A pod with a volume on the node: the drain keeps in-memory state for it (one at a time). */
 function podWithVolume(nodeName: string): Pod {
@@ -89,29 +31,6 @@ function pdb(name: string): PodDisruptionBudget {
     spec: { minAvailable: 1, selector: { matchLabels: { app: 'db' } } },
     status: { disruptionsAllowed: 0, currentHealthy: 1, desiredHealthy: 1, expectedPods: 1 },
   };
-}
-
-async function setup(...machines: Machine[]): Promise<{ env: ControllerTestEnv; mc: MachineController }> {
-  const env = new ControllerTestEnv();
-  env.seed(MachineClassResource, cls);
-  for (const m of machines) env.seed(MachineResource, m);
-  const providers = new ProviderRegistry().register('virtual', virtualProvider());
-  providers.instantiate({
-    control: env.api,
-    target: env.target,
-    namespace: 'default',
-    nodes: env.informers.nodes,
-    clock: env.clock,
-    logger: env.logger,
-    registry: env.registry,
-  });
-  const mc = new MachineController(env.ctx, {
-    settings: defaultMachineControllerSettings,
-    providers,
-    workers: 1,
-  });
-  await env.start();
-  return { env, mc };
 }
 
 /** Every eviction is refused, as a PodDisruptionBudget that allows no disruption does. */
@@ -160,7 +79,7 @@ async function deleteNode(env: ControllerTestEnv, name: string): Promise<void> {
 
 describe('MachineController: a drain leaves nothing behind however it ends (in-memory API)', () => {
   it('a deletion drain whose node vanishes ends there: its series go and its in-memory state is forgotten', async () => {
-    const { env, mc } = await setup(machine('m1', { deleting: true }));
+    const { env, mc } = await setup([machine('m1', { deleting: true })]);
     try {
       await seedNodeAndPod(env, 'm1');
       refuseEvictions(env);
@@ -183,7 +102,7 @@ describe('MachineController: a drain leaves nothing behind however it ends (in-m
   });
 
   it('a machine that disappears while its node drains (its finalizer removed by hand) takes its series and drain state with it', async () => {
-    const { env, mc } = await setup(machine('m1', { deleting: true }));
+    const { env, mc } = await setup([machine('m1', { deleting: true })]);
     try {
       await seedNodeAndPod(env, 'm1');
       refuseEvictions(env);
@@ -210,7 +129,7 @@ describe('MachineController: a drain leaves nothing behind however it ends (in-m
   });
 
   it('an in-place drain whose node goes away ends: its series go and its in-memory state is forgotten', async () => {
-    const { env, mc } = await setup(machine('m1'));
+    const { env, mc } = await setup([machine('m1')]);
     try {
       await seedNodeAndPod(env, 'm1', {
         'node.machine.sapcloud.io/candidate-for-update': 'true',
@@ -245,7 +164,7 @@ describe('MachineController: a PodDisruptionBudget event (in-memory API)', () =>
         { type: 'InPlaceUpdate', status: 'True', reason: 'SelectedForUpdate' },
       ],
     };
-    const { env, mc } = await setup(
+    const { env, mc } = await setup([
       machine('deleting-drain', { deleting: true, status: { deletionStep: 'DrainNode' } }),
       machine('deleting-vm', { deleting: true, status: { deletionStep: 'DeleteVM' } }),
       machine('running'),
@@ -254,7 +173,7 @@ describe('MachineController: a PodDisruptionBudget event (in-memory API)', () =>
         status: { currentStatus: { phase: 'Failed', preserveExpiryTime: '2026-11-25T10:00:00Z' } },
       }),
       machine('failed', { status: { currentStatus: { phase: 'Failed' } } }),
-    );
+    ]);
     try {
       const queue = mc.controller.queue;
       while (queue.len() > 0) {
