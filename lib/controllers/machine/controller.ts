@@ -36,6 +36,7 @@ import { planHealth } from './health.js';
 import { reconcileInPlace } from './inplaceflow.js';
 import { MachineMemory } from './memory.js';
 import { MachineMetrics } from './metrics.js';
+import { VmProbes } from './vmprobe.js';
 import { planNodeSync } from './nodesync.js';
 import { effectivePreserve, preserveTimeoutOf, wantsPreservation } from './preserve.js';
 import { reconcilePreservation } from './preservation.js';
@@ -110,6 +111,7 @@ export class MachineController {
   private readonly frozen: () => boolean;
   /** Machines (keys) whose creation flow is running now: orphan collection keeps their VMs. */
   private readonly creating = new Set<string>();
+  private readonly vmProbes: VmProbes;
 
   constructor(
     ctx: ControllerContext,
@@ -158,6 +160,7 @@ export class MachineController {
         opts.settings.maxUnhealthyReplacements,
       ),
     };
+    this.vmProbes = new VmProbes(this.deps, MEMORY_CAPACITY);
     informers.machines.addIndexer(MACHINE_DRAINING_INDEX, drainingIndex);
     this.controller = new Controller({
       name: 'machine',
@@ -218,6 +221,7 @@ export class MachineController {
         // Whatever was in memory for it goes with it (a finalizer removed by hand included).
         endDrainsOf(this.deps, objectKey(m));
         this.deps.deletions.delete(m.metadata.uid);
+        this.vmProbes.forget(m.metadata.uid);
       },
     });
     nodes?.addHandler({
@@ -365,11 +369,13 @@ export class MachineController {
     const d = this.deps;
     const node = d.informers.nodes?.get(undefined, nodeName);
     const now = d.clock.now();
-    const decision = planHealth(m, node, d.settings, now);
+    const vm = await this.vmProbes.check(m, node, now, log);
+    const decision = planHealth(m, node, d.settings, now, vm.gone);
     const change: StatusChange = {};
     if (decision.conditions !== undefined) change.conditions = decision.conditions;
+    const recheck = [decision.recheckAfterMs, vm.recheckAfterMs].filter((x) => x !== undefined);
     let result: ReconcileResult =
-      decision.recheckAfterMs === undefined ? {} : { requeueAfter: Math.max(1000, decision.recheckAfterMs) };
+      recheck.length === 0 ? {} : { requeueAfter: Math.max(1000, Math.min(...recheck)) };
     let current: CachedMachine | Machine = m;
     const t = decision.transition;
     if (t !== undefined) {
@@ -434,6 +440,17 @@ export class MachineController {
         await this.deleteBootstrapTokenIfUsed(m);
         return;
       }
+      case 'vm-not-found':
+        log.info('the VM of the Pending machine is gone; machine marked Failed', {
+          providerID: m.spec?.providerID,
+        });
+        d.recorder.event(
+          m,
+          'Warning',
+          MachineEventReason.MachineFailed,
+          m.status?.lastOperation?.description ?? '',
+        );
+        return;
       case 'join-timeout':
         d.metrics.failedToJoin(m);
         d.recorder.event(
