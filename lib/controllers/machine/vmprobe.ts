@@ -56,10 +56,13 @@ function pendingSince(m: AnyMachine): number | undefined {
   return undefined;
 }
 
-/** A Pending machine with a recorded VM and no node (yet): only the driver can say if its VM is there. */
+/**
+ * A Pending machine with a recorded VM and no node (none yet, or one being deleted, which our
+ * finalizer keeps until the machine is deleted): only the driver can say if its VM is there.
+ */
 export function awaitsNode(m: AnyMachine, node: AnyNode | undefined): boolean {
   return (
-    node === undefined &&
+    (node === undefined || node.metadata.deletionTimestamp !== undefined) &&
     phaseOf(m) === MachinePhase.Pending &&
     m.metadata.deletionTimestamp === undefined &&
     (m.spec?.providerID ?? '') !== '' &&

@@ -7,7 +7,8 @@ import {
   nextVmProbeAt,
 } from '../../../../lib/controllers/machine/vmprobe.js';
 import { DriverOperation } from '../../../../lib/driver/driver.js';
-import { driverCalls, machineControllerEnv, machineWithVm, rctx, smallClass } from './harness.js';
+import { CoreResources } from '../../../../lib/kube/resources.js';
+import { driverCalls, machineControllerEnv, machineWithVm, rctx, smallClass, vmNode } from './harness.js';
 
 const NOW = Date.UTC(2026, 10, 21, 10, 0, 0);
 const iso = (ms: number): string => new Date(ms).toISOString().replace(/\.\d{3}Z$/, 'Z');
@@ -67,6 +68,24 @@ describe('MachineController: a Pending machine whose VM vanished (in-memory API)
       );
       const events = env.recorder.events.filter((e) => e.reason === 'MachineFailed');
       expect(events.map((e) => e.type)).to.deep.equal(['Warning']);
+    } finally {
+      await env.stop();
+    }
+  });
+
+  it('is marked Failed when its node is being deleted (our finalizer keeps it) and the driver says NotFound', async () => {
+    const { env, mc } = await machineControllerEnv([pending('m1', 60_000)]);
+    try {
+      const node = vmNode('m1');
+      node.metadata.finalizers = ['node.machine.sapcloud.io/machine-controller'];
+      node.status = { conditions: [{ type: 'Ready', status: 'False' }] };
+      env.seed(CoreResources.nodes, node);
+      await env.target.delete(CoreResources.nodes, 'm1');
+      await env.settle();
+      await mc.reconcile('default/m1', rctx);
+      const m = env.api.peek<Machine>(MachineResource, 'm1', 'default');
+      expect(m?.status?.currentStatus?.phase).to.equal('Failed');
+      expect(m?.status?.lastOperation?.errorCode).to.equal('NotFound');
     } finally {
       await env.stop();
     }
