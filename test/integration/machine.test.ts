@@ -27,6 +27,15 @@ async function fleet(env: LifecycleEnv, app: string): Promise<{ machines: Machin
   return { machines, nodes };
 }
 
+/** Driver calls of one operation the manager made so far (from its call metrics). */
+async function driverCalls(env: LifecycleEnv, operation: string): Promise<number> {
+  const text =
+    (await env.manager?.registry.getSingleMetricAsString('mcm_cloud_api_driver_request_duration_seconds')) ??
+    '';
+  const line = text.split('\n').find((l) => l.includes('_count{') && l.includes(`operation="${operation}"`));
+  return Number(line?.split(' ').pop() ?? 0);
+}
+
 async function eventsFor(env: LifecycleEnv, name: string): Promise<CoreEvent[]> {
   const list = await env.client.list<CoreEvent>(CoreResources.events, {
     namespace: NS,
@@ -132,6 +141,9 @@ describe('machine lifecycle on the virtual provider (real kube-apiserver)', func
     const phase =
       (await env.manager?.registry.getSingleMetricAsString('mcm_machine_current_status_phase')) ?? '';
     expect(phase.split('\n').filter((l) => l.includes('name="scale-') && l.endsWith(' 1'))).to.have.length(2);
+    // The first test of this manager: every driver call so far was for this deployment.
+    expect(await driverCalls(env, 'create_machine'), 'CreateMachine calls').to.equal(6);
+    expect(await driverCalls(env, 'delete_machine'), 'one DeleteMachine per removed machine').to.equal(4);
   });
 
   it('changing the class rolls every machine onto new VMs of the new class', async () => {
