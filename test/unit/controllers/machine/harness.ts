@@ -18,6 +18,7 @@ import type { DriverOperation } from '../../../../lib/driver/driver.js';
 import type { Node } from '../../../../lib/kube/types.js';
 import { nullLogger } from '../../../../lib/observability/logger.js';
 import { virtualProvider } from '../../../../lib/providers/virtual/index.js';
+import { machine } from '../builders.js';
 import { ControllerTestEnv } from '../env.js';
 
 export const rctx = { log: nullLogger, signal: new AbortController().signal };
@@ -36,24 +37,13 @@ export function machineWithVm(
   name: string,
   opts: { deleting?: boolean; status?: Machine['status'] } = {},
 ): Machine {
-  return {
-    apiVersion: API_VERSION,
-    kind: 'Machine',
-    metadata: {
-      name,
-      namespace: 'default',
-      uid: `uid-${name}`,
-      creationTimestamp: '2026-11-21T09:00:00Z',
-      finalizers: [FINALIZER],
-      labels: { node: name },
-      ...(opts.deleting === true ? { deletionTimestamp: '2026-11-21T09:59:00Z' } : {}),
-    },
-    spec: { class: { kind: 'MachineClass', name: 'small' }, providerID: `virtual://virtual-zone-a/${name}` },
-    status: opts.status ?? {
-      currentStatus: { phase: 'Running', lastUpdateTime: '2026-11-21T09:00:00Z' },
-      conditions: [{ type: 'Ready', status: 'True' }],
-    },
+  const m = machine(name, { labels: { node: name }, deleting: opts.deleting === true });
+  m.spec = { ...m.spec, providerID: `virtual://virtual-zone-a/${name}` };
+  m.status = opts.status ?? {
+    currentStatus: { phase: 'Running', lastUpdateTime: '2026-11-21T09:00:00Z' },
+    conditions: [{ type: 'Ready', status: 'True' }],
   };
+  return m;
 }
 
 /** The Node that is the virtual VM of machine `name` (Ready). */
@@ -75,14 +65,23 @@ export function vmNode(name: string, labels: Record<string, string> = {}): Node 
   };
 }
 
-/** The class and machines seeded, the controller built, the caches synced. */
+/**
+ * The class (smallClass unless `machineClass` says otherwise; null: none) and machines seeded, and
+ * whatever `seed` adds, the controller built, the caches synced.
+ */
 export async function machineControllerEnv(
   machines: Machine[],
-  settings: Partial<MachineControllerSettings> = {},
+  opts: {
+    settings?: Partial<MachineControllerSettings>;
+    machineClass?: MachineClass | null;
+    seed?: (env: ControllerTestEnv) => void;
+  } = {},
 ): Promise<{ env: ControllerTestEnv; mc: MachineController }> {
   const env = new ControllerTestEnv();
-  env.seed(MachineClassResource, smallClass);
+  const cls = opts.machineClass === undefined ? smallClass : opts.machineClass;
+  if (cls !== null) env.seed(MachineClassResource, cls);
   for (const m of machines) env.seed(MachineResource, m);
+  opts.seed?.(env);
   const providers = new ProviderRegistry().register('virtual', virtualProvider());
   providers.instantiate({
     control: env.api,
@@ -94,7 +93,7 @@ export async function machineControllerEnv(
     registry: env.registry,
   });
   const mc = new MachineController(env.ctx, {
-    settings: { ...defaultMachineControllerSettings, ...settings },
+    settings: { ...defaultMachineControllerSettings, ...opts.settings },
     providers,
     workers: 1,
   });
