@@ -219,9 +219,7 @@ export class MachineController {
       },
       onDelete: (m) => {
         // Whatever was in memory for it goes with it (a finalizer removed by hand included).
-        endDrainsOf(this.deps, objectKey(m));
-        this.deps.deletions.delete(m.metadata.uid);
-        this.vmProbes.forget(m.metadata.uid);
+        this.forgetMachine(objectKey(m), m.metadata.uid);
       },
     });
     nodes?.addHandler({
@@ -315,6 +313,23 @@ export class MachineController {
   async reconcile(key: string, { log }: ReconcileContext): Promise<ReconcileResult> {
     const m = this.deps.informers.machines.getByKey(key);
     if (m === undefined) return {};
+    try {
+      return await this.reconcileMachine(key, m, log);
+    } finally {
+      // Gone while this pass ran: its delete event may have come before the pass wrote to memory.
+      if (this.deps.informers.machines.getByKey(key)?.metadata.uid !== m.metadata.uid)
+        this.forgetMachine(key, m.metadata.uid);
+    }
+  }
+
+  /** Everything kept in memory for a machine that is gone. */
+  private forgetMachine(key: string, uid: string | undefined): void {
+    endDrainsOf(this.deps, key);
+    this.deps.deletions.delete(uid);
+    this.vmProbes.forget(uid);
+  }
+
+  private async reconcileMachine(key: string, m: CachedMachine, log: Logger): Promise<ReconcileResult> {
     if (m.metadata.deletionTimestamp !== undefined) {
       endDrain(this.deps, drainId('inplace', key));
       endDrain(this.deps, drainId('preserve', key));

@@ -47,6 +47,28 @@ describe('deletion: where a pass resumes (pure)', () => {
 });
 
 describe('MachineController deletion: one DeleteMachine per VM (in-memory API)', () => {
+  it('keeps nothing in memory once the deleted machines are gone, whichever comes first: the delete event or the end of the pass', async () => {
+    const names = ['a', 'b', 'c', 'd', 'e'];
+    const { env, mc } = await machineControllerEnv(
+      names.map((n) =>
+        machineWithVm(n, {
+          deleting: true,
+          status: { currentStatus: { phase: 'Terminating' }, deletionStep: 'DeleteVM' },
+        }),
+      ),
+    );
+    try {
+      for (const n of names) env.seed(CoreResources.nodes, vmNode(n));
+      await env.settle();
+      await Promise.all(names.map((n) => mc.reconcile(`default/${n}`, rctx)));
+      await env.settle();
+      expect(env.informers.machines.list(), 'the machines are gone').to.have.length(0);
+      expect(mc.deps.deletions.size, 'deletions remembered').to.equal(0);
+    } finally {
+      await env.stop();
+    }
+  });
+
   it('a pass re-run from a cache that lags behind its own writes does not delete the VM again', async () => {
     const names = ['m1', 'm2', 'm3'];
     const { env, mc } = await machineControllerEnv(
