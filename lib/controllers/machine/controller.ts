@@ -234,7 +234,7 @@ export class MachineController {
         for (const m of this.machinesOfNode(n)) this.enqueue(m);
       },
     });
-    const enqueueDeletingOn = (nodeName: string | undefined): void => {
+    const enqueueDeletingOrDrainingOn = (nodeName: string | undefined): void => {
       if (nodeName === undefined) return;
       for (const m of machines.byIndex(MACHINE_NODE_INDEX, nodeName)) {
         if (m.metadata.deletionTimestamp !== undefined || isDraining(m)) this.enqueue(m);
@@ -247,10 +247,10 @@ export class MachineController {
           old.metadata.deletionTimestamp !== p.metadata.deletionTimestamp ||
           old.status?.phase !== p.status?.phase
         )
-          enqueueDeletingOn(p.spec?.nodeName);
+          enqueueDeletingOrDrainingOn(p.spec?.nodeName);
       },
       onDelete: (p) => {
-        enqueueDeletingOn(p.spec?.nodeName);
+        enqueueDeletingOrDrainingOn(p.spec?.nodeName);
       },
     });
     // A budget that changes may let a blocked drain go on (or explain better why it cannot).
@@ -268,13 +268,13 @@ export class MachineController {
     });
     drain?.volumeAttachments.addHandler({
       onAdd: (v) => {
-        enqueueDeletingOn(v.spec?.nodeName);
+        enqueueDeletingOrDrainingOn(v.spec?.nodeName);
       },
       onUpdate: (_o, v) => {
-        enqueueDeletingOn(v.spec?.nodeName);
+        enqueueDeletingOrDrainingOn(v.spec?.nodeName);
       },
       onDelete: (v) => {
-        enqueueDeletingOn(v.spec?.nodeName);
+        enqueueDeletingOrDrainingOn(v.spec?.nodeName);
       },
     });
     const enqueueClassMachines = (
@@ -385,7 +385,7 @@ export class MachineController {
     const node = d.informers.nodes?.get(undefined, nodeName);
     const now = d.clock.now();
     const vm = await this.vmProbes.check(m, node, now, log);
-    const decision = planHealth(m, node, d.settings, now, vm.gone);
+    const decision = planHealth(m, node, d.settings, now, { vmGone: vm.gone });
     const change: StatusChange = {};
     if (decision.conditions !== undefined) change.conditions = decision.conditions;
     const recheck = [decision.recheckAfterMs, vm.recheckAfterMs].filter((x) => x !== undefined);

@@ -120,14 +120,14 @@ export function lastOp(
 /**
  * What the node says about the machine now. `node` undefined means no Node of that name exists
  * (the caller only asks once its node cache is synced). `vmGone`: the driver just answered
- * NotFound for the machine's recorded VM.
+ * NotFound for the recorded VM of a machine without node.
  */
 export function planHealth(
   m: AnyMachine,
   node: AnyNode | undefined,
   settings: MachineControllerSettings,
   now: number,
-  vmGone = false,
+  { vmGone = false }: { vmGone?: boolean } = {},
 ): HealthDecision {
   const name = m.metadata.name ?? '';
   const nodeConds = node?.status?.conditions ?? [];

@@ -77,7 +77,7 @@ describe('machine health planning', () => {
       undefined,
       settings,
       T0 + 60_000,
-      true,
+      { vmGone: true },
     );
     expect(d.transition?.phase).to.equal('Failed');
     expect(d.transition?.reason).to.equal('vm-not-found');
@@ -88,7 +88,7 @@ describe('machine health planning', () => {
       errorCode: 'NotFound',
     });
     expect(d.transition?.lastOperation.description).to.contain('VM p://vm-1 of machine m1 no longer exists');
-    const waiting = planHealth(machine('Pending'), undefined, settings, T0 + 60_000, false);
+    const waiting = planHealth(machine('Pending'), undefined, settings, T0 + 60_000);
     expect(waiting.transition, 'without that answer it waits for the creation timeout').to.equal(undefined);
   });
 
