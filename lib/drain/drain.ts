@@ -87,6 +87,11 @@ export class Drainer {
     this.serial.delete(id);
   }
 
+  /** Whether a drain has in-memory state (a pod with volumes in progress), for diagnostics. */
+  holds(id: string): boolean {
+    return this.serial.has(id);
+  }
+
   async round(input: RoundInput): Promise<DrainRound> {
     const pods = podsToDrain(this.caches.pods.byIndex(POD_NODE_INDEX, input.nodeName));
     return input.force ? this.forced(input, pods) : this.graceful(input, pods);

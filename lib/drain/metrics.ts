@@ -2,19 +2,20 @@ import { Gauge, Histogram, type Registry } from 'prom-client';
 
 import type { Blocker } from './drain.js';
 
+type BlockingLabels = Record<'namespace' | 'machine' | 'pod' | 'reason' | 'pdb', string>;
+
 /**
  * What a blocked drain waits for, as series an alert can name: one per blocking pod (with the
- * budget that blocks it), and the seconds until the drain is forced. A machine's series go when
- * its drain ends.
+ * budget that blocks it), and the seconds until the drain is forced. The series are kept per drain
+ * (a machine's deletion drain and its in-place update's are different drains) and go when that
+ * drain ends, however it ends.
  */
 export class DrainMetrics {
   private readonly blocking: Gauge<'namespace' | 'machine' | 'pod' | 'reason' | 'pdb'>;
   private readonly forceIn: Gauge<'namespace' | 'machine'>;
   private readonly duration: Histogram<'namespace'>;
-  private readonly series = new Map<
-    string,
-    Record<'namespace' | 'machine' | 'pod' | 'reason' | 'pdb', string>[]
-  >();
+  /** The series each drain (by its id) has set. */
+  private readonly series = new Map<string, { namespace: string; machine: string; pods: BlockingLabels[] }>();
 
   constructor(registry: Registry) {
     this.blocking = new Gauge({
@@ -38,29 +39,39 @@ export class DrainMetrics {
     });
   }
 
-  blocked(namespace: string, machine: string, blockers: readonly Blocker[], forceInSeconds: number): void {
-    this.clear(namespace, machine);
-    const sets = blockers.map((b) => ({
+  /** Drain `drain` of machine namespace/machine waits for these blockers. */
+  blocked(
+    drain: string,
+    namespace: string,
+    machine: string,
+    blockers: readonly Blocker[],
+    forceInSeconds: number,
+  ): void {
+    this.end(drain);
+    const pods = blockers.map((b) => ({
       namespace,
       machine,
       pod: b.pod,
       reason: b.reason,
       pdb: (b.pdbs ?? []).join(','),
     }));
-    for (const labels of sets) this.blocking.set(labels, 1);
-    this.series.set(`${namespace}/${machine}`, sets);
+    for (const labels of pods) this.blocking.set(labels, 1);
+    this.series.set(drain, { namespace, machine, pods });
     this.forceIn.set({ namespace, machine }, Math.max(0, Math.round(forceInSeconds)));
   }
 
-  finished(namespace: string, machine: string, seconds: number | undefined): void {
-    this.clear(namespace, machine);
-    if (seconds !== undefined) this.duration.observe({ namespace }, Math.max(0, seconds));
+  /** Drain `drain` completed after `seconds`. */
+  finished(drain: string, namespace: string, seconds: number): void {
+    this.end(drain);
+    this.duration.observe({ namespace }, Math.max(0, seconds));
   }
 
-  clear(namespace: string, machine: string): void {
-    const key = `${namespace}/${machine}`;
-    for (const labels of this.series.get(key) ?? []) this.blocking.remove(labels);
-    this.series.delete(key);
-    this.forceIn.remove({ namespace, machine });
+  /** Drain `drain` ended (completed, abandoned, or its machine is gone): its series go. */
+  end(drain: string): void {
+    const s = this.series.get(drain);
+    if (s === undefined) return;
+    for (const labels of s.pods) this.blocking.remove(labels);
+    this.forceIn.remove({ namespace: s.namespace, machine: s.machine });
+    this.series.delete(drain);
   }
 }

@@ -10,6 +10,7 @@ import {
   type MachineClass,
   type MachineDeployment,
 } from '../../lib/api/types.js';
+import { CONTROLLER_NAMES } from '../../lib/config.js';
 import { CoreResources } from '../../lib/kube/resources.js';
 import type { ConfigMap, CoreEvent, Node, Secret } from '../../lib/kube/types.js';
 import { LifecycleEnv, NS, nodeTemplate, phaseOf } from './env/lifecycle.js';
@@ -24,6 +25,15 @@ async function fleet(env: LifecycleEnv, app: string): Promise<{ machines: Machin
   const names = new Set(machines.map((m) => m.metadata.name));
   const nodes = (await env.nodes()).filter((n) => names.has(n.metadata.name));
   return { machines, nodes };
+}
+
+/** Driver calls of one operation the manager made so far (from its call metrics). */
+async function driverCalls(env: LifecycleEnv, operation: string): Promise<number> {
+  const text =
+    (await env.manager?.registry.getSingleMetricAsString('mcm_cloud_api_driver_request_duration_seconds')) ??
+    '';
+  const line = text.split('\n').find((l) => l.includes('_count{') && l.includes(`operation="${operation}"`));
+  return Number(line?.split(' ').pop() ?? 0);
 }
 
 async function eventsFor(env: LifecycleEnv, name: string): Promise<CoreEvent[]> {
@@ -131,6 +141,9 @@ describe('machine lifecycle on the virtual provider (real kube-apiserver)', func
     const phase =
       (await env.manager?.registry.getSingleMetricAsString('mcm_machine_current_status_phase')) ?? '';
     expect(phase.split('\n').filter((l) => l.includes('name="scale-') && l.endsWith(' 1'))).to.have.length(2);
+    // The first test of this manager: every driver call so far was for this deployment.
+    expect(await driverCalls(env, 'create_machine'), 'CreateMachine calls').to.equal(6);
+    expect(await driverCalls(env, 'delete_machine'), 'one DeleteMachine per removed machine').to.equal(4);
   });
 
   it('changing the class rolls every machine onto new VMs of the new class', async () => {
@@ -418,6 +431,63 @@ describe('machine lifecycle on the virtual provider (real kube-apiserver)', func
       'the old node is gone',
       async () => !(await env.nodes()).some((n) => n.metadata.name === m.metadata.name),
     );
+  });
+});
+
+describe('a Pending machine whose VM vanishes before its node joins (real kube-apiserver)', function () {
+  this.timeout(120_000);
+  let env: LifecycleEnv;
+
+  before(async () => {
+    env = await LifecycleEnv.start();
+    // On a real cloud a VM that vanishes before its kubelet registers leaves no Node whose deletion
+    // would take the machine along. Here a VM is its Node: without the node controller, deleting
+    // the Node is a VM vanishing that nothing but the driver can report.
+    await env.startManager({ controllers: CONTROLLER_NAMES.filter((c) => c !== 'node') });
+  });
+
+  after(async () => {
+    await env.stop();
+  });
+
+  it('is marked Failed (NotFound) and replaced within 45 s, not at the 20-minute creation timeout', async () => {
+    await env.createClass('vanish', { bootDelay: '1h' });
+    const rec = new PhaseRecorder(env, 'vanish');
+    await rec.start();
+    await env.createDeployment('vanish', 1, 'vanish');
+    const m = await until('a Pending machine', async () =>
+      (await env.machines('vanish')).find((x) => phaseOf(x) === MachinePhase.Pending),
+    );
+    const name = m.metadata.name ?? '';
+    expect(m.spec?.creationTimeout, 'the default creation timeout (20m) applies').to.equal(undefined);
+    const vanished = Date.now();
+    await env.client.delete(CoreResources.nodes, name);
+    await until(
+      'a new Pending machine replaces it',
+      async () => {
+        const machines = await env.machines('vanish');
+        return (
+          machines.length === 1 &&
+          machines[0]?.metadata.name !== name &&
+          phaseOf(machines[0] as Machine) === MachinePhase.Pending
+        );
+      },
+      45_000,
+    );
+    const replacedAfter = Date.now() - vanished;
+    const failed = rec.transitions.find((t) => t.machine === name && t.phase === MachinePhase.Failed);
+    expect(failed?.errorCode, 'marked Failed with NotFound').to.equal('NotFound');
+    expect(replacedAfter, 'replaced long before the creation timeout').to.be.lessThan(45_000);
+    const events = await eventsFor(env, name);
+    const event = events.find((e) => e.reason === 'MachineFailed');
+    expect(event?.type).to.equal('Warning');
+    expect(event?.message).to.contain('no longer exists');
+    await until(
+      'the old node is gone',
+      async () => !(await env.nodes()).some((n) => n.metadata.name === name),
+    );
+    await rec.stop();
+    await env.scale('vanish', 0);
   });
 });
 

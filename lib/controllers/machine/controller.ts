@@ -23,19 +23,33 @@ import { ReplacementBudget } from './budget.js';
 import { needsCreation, runCreationFlow } from './create.js';
 import { runDeletionFlow } from './deletion.js';
 import { MachineEventReason, type MachineDeps } from './deps.js';
+import {
+  MACHINE_DRAINING_INDEX,
+  drainId,
+  drainingIndex,
+  drainingMachines,
+  endDrain,
+  endDrainsOf,
+  isDraining,
+} from './drains.js';
 import { planHealth } from './health.js';
-import { inPlaceDrainId, reconcileInPlace } from './inplaceflow.js';
+import { reconcileInPlace } from './inplaceflow.js';
+import { MachineMemory } from './memory.js';
 import { MachineMetrics } from './metrics.js';
+import { VmProbes } from './vmprobe.js';
 import { planNodeSync } from './nodesync.js';
 import { effectivePreserve, preserveTimeoutOf, wantsPreservation } from './preserve.js';
 import { reconcilePreservation } from './preservation.js';
 import { rfc3339 } from '../conditions.js';
 import { resolveMachineClass } from './resolve.js';
 import type { MachineControllerSettings } from './settings.js';
-import { DeletionStep, patchMachineStatus, type StatusChange } from './status.js';
+import { patchMachineStatus, type StatusChange } from './status.js';
 
 type CachedMachine = DeepReadonly<Machine>;
 type CachedNode = DeepReadonly<Node>;
+
+/** Machines remembered per in-memory map at most (entries go with their machines well before). */
+const MEMORY_CAPACITY = 10_000;
 
 /** How soon a machine skipped while frozen is looked at again (unfreezing also re-enqueues all). */
 const FROZEN_RECHECK_MS = 60_000;
@@ -97,6 +111,7 @@ export class MachineController {
   private readonly frozen: () => boolean;
   /** Machines (keys) whose creation flow is running now: orphan collection keeps their VMs. */
   private readonly creating = new Set<string>();
+  private readonly vmProbes: VmProbes;
 
   constructor(
     ctx: ControllerContext,
@@ -137,6 +152,7 @@ export class MachineController {
             })
           : undefined,
       drainMetrics: new DrainMetrics(ctx.registry),
+      deletions: new MachineMemory(MEMORY_CAPACITY),
       budget: new ReplacementBudget(
         informers.machines,
         informers.machineSets,
@@ -144,6 +160,8 @@ export class MachineController {
         opts.settings.maxUnhealthyReplacements,
       ),
     };
+    this.vmProbes = new VmProbes(this.deps, MEMORY_CAPACITY);
+    informers.machines.addIndexer(MACHINE_DRAINING_INDEX, drainingIndex);
     this.controller = new Controller({
       name: 'machine',
       workers: opts.workers,
@@ -199,6 +217,10 @@ export class MachineController {
       onUpdate: (old, m) => {
         if (old === m || machineChanged(old, m)) this.enqueue(m);
       },
+      onDelete: (m) => {
+        // Whatever was in memory for it goes with it (a finalizer removed by hand included).
+        this.forgetMachine(objectKey(m), m.metadata.uid);
+      },
     });
     nodes?.addHandler({
       onAdd: (n) => {
@@ -212,10 +234,10 @@ export class MachineController {
         for (const m of this.machinesOfNode(n)) this.enqueue(m);
       },
     });
-    const enqueueDeletingOn = (nodeName: string | undefined): void => {
+    const enqueueDeletingOrDrainingOn = (nodeName: string | undefined): void => {
       if (nodeName === undefined) return;
       for (const m of machines.byIndex(MACHINE_NODE_INDEX, nodeName)) {
-        if (m.metadata.deletionTimestamp !== undefined) this.enqueue(m);
+        if (m.metadata.deletionTimestamp !== undefined || isDraining(m)) this.enqueue(m);
       }
     };
     const drain = this.deps.informers.drain;
@@ -225,18 +247,15 @@ export class MachineController {
           old.metadata.deletionTimestamp !== p.metadata.deletionTimestamp ||
           old.status?.phase !== p.status?.phase
         )
-          enqueueDeletingOn(p.spec?.nodeName);
+          enqueueDeletingOrDrainingOn(p.spec?.nodeName);
       },
       onDelete: (p) => {
-        enqueueDeletingOn(p.spec?.nodeName);
+        enqueueDeletingOrDrainingOn(p.spec?.nodeName);
       },
     });
     // A budget that changes may let a blocked drain go on (or explain better why it cannot).
     const enqueueDraining = (): void => {
-      for (const m of machines.list()) {
-        if (m.metadata.deletionTimestamp !== undefined && m.status?.deletionStep === DeletionStep.DrainNode)
-          this.enqueue(m);
-      }
+      for (const m of drainingMachines(this.deps)) this.enqueue(m);
     };
     drain?.podDisruptionBudgets.addHandler({
       onAdd: (_b, initial) => {
@@ -249,13 +268,13 @@ export class MachineController {
     });
     drain?.volumeAttachments.addHandler({
       onAdd: (v) => {
-        enqueueDeletingOn(v.spec?.nodeName);
+        enqueueDeletingOrDrainingOn(v.spec?.nodeName);
       },
       onUpdate: (_o, v) => {
-        enqueueDeletingOn(v.spec?.nodeName);
+        enqueueDeletingOrDrainingOn(v.spec?.nodeName);
       },
       onDelete: (v) => {
-        enqueueDeletingOn(v.spec?.nodeName);
+        enqueueDeletingOrDrainingOn(v.spec?.nodeName);
       },
     });
     const enqueueClassMachines = (
@@ -294,8 +313,26 @@ export class MachineController {
   async reconcile(key: string, { log }: ReconcileContext): Promise<ReconcileResult> {
     const m = this.deps.informers.machines.getByKey(key);
     if (m === undefined) return {};
+    try {
+      return await this.reconcileMachine(key, m, log);
+    } finally {
+      // Gone while this pass ran: its delete event may have come before the pass wrote to memory.
+      if (this.deps.informers.machines.getByKey(key)?.metadata.uid !== m.metadata.uid)
+        this.forgetMachine(key, m.metadata.uid);
+    }
+  }
+
+  /** Everything kept in memory for a machine that is gone. */
+  private forgetMachine(key: string, uid: string | undefined): void {
+    endDrainsOf(this.deps, key);
+    this.deps.deletions.delete(uid);
+    this.vmProbes.forget(uid);
+  }
+
+  private async reconcileMachine(key: string, m: CachedMachine, log: Logger): Promise<ReconcileResult> {
     if (m.metadata.deletionTimestamp !== undefined) {
-      this.deps.drainer?.forget(inPlaceDrainId(m));
+      endDrain(this.deps, drainId('inplace', key));
+      endDrain(this.deps, drainId('preserve', key));
       return runDeletionFlow(this.deps, m, log);
     }
     if (this.frozen()) {
@@ -310,6 +347,7 @@ export class MachineController {
     const results: ReconcileResult[] = [];
     const nodeName = m.metadata.labels?.[Label.Node];
     let current: CachedMachine | Machine = m;
+    let updateDraining = false;
     if (this.deps.target !== undefined && nodeName !== undefined && phaseOf(m) !== MachinePhase.Creating) {
       const health = await this.reconcileHealth(m, nodeName, log);
       results.push(health.result);
@@ -319,8 +357,10 @@ export class MachineController {
         const inPlace = await reconcileInPlace(this.deps, current, node, log);
         results.push(inPlace.result);
         current = inPlace.machine;
+        updateDraining = inPlace.draining === true;
       }
     }
+    if (!updateDraining) endDrain(this.deps, drainId('inplace', key));
     if (needsCreation(current)) {
       this.creating.add(key);
       try {
@@ -344,11 +384,13 @@ export class MachineController {
     const d = this.deps;
     const node = d.informers.nodes?.get(undefined, nodeName);
     const now = d.clock.now();
-    const decision = planHealth(m, node, d.settings, now);
+    const vm = await this.vmProbes.check(m, node, now, log);
+    const decision = planHealth(m, node, d.settings, now, { vmGone: vm.gone });
     const change: StatusChange = {};
     if (decision.conditions !== undefined) change.conditions = decision.conditions;
+    const recheck = [decision.recheckAfterMs, vm.recheckAfterMs].filter((x) => x !== undefined);
     let result: ReconcileResult =
-      decision.recheckAfterMs === undefined ? {} : { requeueAfter: Math.max(1000, decision.recheckAfterMs) };
+      recheck.length === 0 ? {} : { requeueAfter: Math.max(1000, Math.min(...recheck)) };
     let current: CachedMachine | Machine = m;
     const t = decision.transition;
     if (t !== undefined) {
@@ -413,6 +455,17 @@ export class MachineController {
         await this.deleteBootstrapTokenIfUsed(m);
         return;
       }
+      case 'vm-not-found':
+        log.info('the VM of the Pending machine is gone; machine marked Failed', {
+          providerID: m.spec?.providerID,
+        });
+        d.recorder.event(
+          m,
+          'Warning',
+          MachineEventReason.MachineFailed,
+          m.status?.lastOperation?.description ?? '',
+        );
+        return;
       case 'join-timeout':
         d.metrics.failedToJoin(m);
         d.recorder.event(

@@ -4,6 +4,11 @@
 // Every step is idempotent, so a pass resumes at the recorded step (or from the start when none
 // is recorded) and runs as many steps as it can; the step is recorded when a step must wait or
 // fails, and once the VM is gone (so a restart never goes back to draining a node without VM).
+// A pass can start from a cache that lags behind this process's own writes (the machine is
+// enqueued again by them while the previous pass runs): what this process knows it got past —
+// the VM deleted, the node deleted, the finalizer removed — is kept in memory by machine UID, and
+// a pass resumes from the later of the cache and that memory, so the driver deletes a VM once.
+// After a restart the memory is empty and the recorded step (the API) is all there is.
 
 import {
   Finalizer,
@@ -24,7 +29,7 @@ import { formatGoDuration } from '../../api/duration.js';
 import { RetryPeriod, deleteRetryClass, deletionStatusRetryClass, retryDelay } from '../../driver/retry.js';
 import type { ReconcileResult } from '../../kube/controller.js';
 import { isNotFound } from '../../kube/errors.js';
-import type { DeepReadonly } from '../../kube/informer.js';
+import { objectKey, type DeepReadonly } from '../../kube/informer.js';
 import { CoreResources } from '../../kube/resources.js';
 import type { Node } from '../../kube/types.js';
 import type { Logger } from '../../observability/logger.js';
@@ -33,6 +38,7 @@ import { NODE_MACHINE_INDEX } from '../context.js';
 import { removeFinalizerAt } from '../finalizers.js';
 import { phaseOf } from '../machines.js';
 import { MachineEventReason, type MachineDeps } from './deps.js';
+import { drainId, endDrain } from './drains.js';
 import { isNodeHealthy, lastOp } from './health.js';
 import { resolveMachineClass } from './resolve.js';
 import { drainTimeoutOf, nodeConditionsOf } from './settings.js';
@@ -56,6 +62,31 @@ const STEP_DESCRIPTION: Record<DeletionStep, string> = {
   DeleteNode: `VM deletion was successful. ${OperationDescriptionMarker.InitiateNodeDeletion}`,
   RemoveFinalizer: `Node deletion done. ${OperationDescriptionMarker.InitiateFinalizerRemoval}`,
 };
+
+/** Steps a lagging cache must never send a pass back from: the VM is deleted by then. */
+const PAST_VM: readonly DeletionStep[] = [DeletionStep.DeleteNode, DeletionStep.RemoveFinalizer];
+
+/** What this process knows of a deletion it took past the VM: the step, the node (from the pass). */
+export interface DeletionMemo {
+  step: DeletionStep | 'Finished';
+  nodeName: string;
+}
+
+/**
+ * Where a pass resumes (pure): the recorded step, unless this process knows it got further
+ * (`memo.step` later), or 'finished' when it already removed the finalizer (the machine's delete
+ * event is on its way).
+ */
+export function resumePoint(
+  recorded: DeletionStep,
+  memo: DeletionMemo | undefined,
+): { step: DeletionStep; nodeName?: string } | 'finished' {
+  if (memo === undefined) return { step: recorded };
+  if (memo.step === 'Finished') return 'finished';
+  return STEPS.indexOf(memo.step) > STEPS.indexOf(recorded)
+    ? { step: memo.step, nodeName: memo.nodeName }
+    : { step: recorded };
+}
 
 export function recordedStep(m: AnyMachine): DeletionStep {
   const s = m.status?.deletionStep;
@@ -227,6 +258,8 @@ class DeletionPass {
     }
     const drainer = this.d.drainer;
     if (drainer === undefined || node === undefined || node.metadata.deletionTimestamp !== undefined) {
+      // No node left to drain: a drain that was under way ends here too.
+      endDrain(this.d, drainId('deletion', objectKey(this.m)));
       return { next: DeletionStep.DeleteVM };
     }
     return this.drainRound(drainer);
@@ -236,7 +269,7 @@ class DeletionPass {
   private async drainRound(drainer: Drainer): Promise<StepOutcome> {
     const d = this.d;
     const now = d.clock.now();
-    const key = `${this.m.metadata.namespace ?? ''}/${this.m.metadata.name ?? ''}`;
+    const key = drainId('deletion', objectKey(this.m));
     const name = this.m.metadata.name ?? '';
     const namespace = this.m.metadata.namespace ?? '';
     const requested = Date.parse(this.m.metadata.deletionTimestamp ?? '');
@@ -254,7 +287,7 @@ class DeletionPass {
     });
     if (round.done) {
       drainer.forget(key);
-      d.drainMetrics.finished(namespace, name, (now - startedAt) / 1000);
+      d.drainMetrics.finished(key, namespace, (now - startedAt) / 1000);
       if (force !== undefined) {
         d.recorder.event(
           this.m,
@@ -266,7 +299,7 @@ class DeletionPass {
       return { next: DeletionStep.DeleteVM };
     }
     const forceAt = startedAt + timeout;
-    d.drainMetrics.blocked(namespace, name, round.blockers, (forceAt - now) / 1000);
+    d.drainMetrics.blocked(key, namespace, name, round.blockers, (forceAt - now) / 1000);
     const what = describeBlockers(round.blockers);
     let description: string;
     if (force !== undefined) {
@@ -357,8 +390,15 @@ class DeletionPass {
   }
 
   async run(): Promise<ReconcileResult> {
-    let step = recordedStep(this.m);
-    if (phaseOf(this.m) !== MachinePhase.Terminating) {
+    const uid = this.m.metadata.uid;
+    const resume = resumePoint(recordedStep(this.m), this.d.deletions.get(uid));
+    if (resume === 'finished') return {};
+    let step = resume.step;
+    if (resume.nodeName !== undefined) {
+      // The cache lags behind our own writes: this pass goes on from where the last one got.
+      this.nodeName = resume.nodeName;
+      this.log.verbose('resuming the deletion past the cached step', { step });
+    } else if (phaseOf(this.m) !== MachinePhase.Terminating) {
       await this.record({
         phase: MachinePhase.Terminating,
         deletionStep: step,
@@ -373,12 +413,16 @@ class DeletionPass {
     }
     for (;;) {
       const outcome = await this.runStep(step);
-      if ('done' in outcome) return {};
+      if ('done' in outcome) {
+        this.d.deletions.set(uid, { step: 'Finished', nodeName: this.nodeName });
+        return {};
+      }
       if ('wait' in outcome) {
         await this.record(outcome.change);
         return outcome.wait;
       }
       step = outcome.next;
+      if (PAST_VM.includes(step)) this.d.deletions.set(uid, { step, nodeName: this.nodeName });
       if (outcome.record === true) {
         await this.record({
           phase: MachinePhase.Terminating,

@@ -6,6 +6,8 @@ import type { Clock } from '../../kube/clock.js';
 import type { EventRecorder } from '../../kube/events.js';
 import type { SharedInformers } from '../context.js';
 import type { ReplacementBudget } from './budget.js';
+import type { DeletionMemo } from './deletion.js';
+import type { MachineMemory } from './memory.js';
 import type { MachineMetrics } from './metrics.js';
 import type { MachineControllerSettings } from './settings.js';
 
@@ -24,6 +26,8 @@ export interface MachineDeps {
   /** Drains nodes before their VMs go; undefined without a target cluster. */
   drainer: Drainer | undefined;
   drainMetrics: DrainMetrics;
+  /** Deletions this process took past the VM (the cache may not show it yet), by machine UID. */
+  deletions: MachineMemory<DeletionMemo>;
 }
 
 /** Event reasons of the machine controller (gardener MCM records none on machines). */

@@ -1,6 +1,7 @@
 // Health of a machine with a node (pure): conditions mirrored from the node, and the phase
 // transitions Pending → Running | Failed, Running → Unknown, Unknown → Running | Failed, with the
-// creation and health timeouts (MCM's reconcileMachineHealth); and the in-place update phases:
+// creation and health timeouts (MCM's reconcileMachineHealth), and Pending → Failed at once when
+// the driver reports the VM of a machine without node gone (see vmprobe.ts); and the in-place update phases:
 // InPlaceUpdating → InPlaceUpdateSuccessful | InPlaceUpdateFailed (from the node's update-result
 // label, or the in-place timeout), InPlaceUpdateFailed → Failed after the health timeout, and
 // InPlaceUpdateSuccessful → Running once the node is healthy.
@@ -37,6 +38,7 @@ export type HealthTransitionReason =
   | 'rejoined'
   | 'unhealthy'
   | 'join-timeout'
+  | 'vm-not-found'
   | 'health-timeout'
   | 'inplace-successful'
   | 'inplace-failed'
@@ -117,13 +119,15 @@ export function lastOp(
 
 /**
  * What the node says about the machine now. `node` undefined means no Node of that name exists
- * (the caller only asks once its node cache is synced).
+ * (the caller only asks once its node cache is synced). `vmGone`: the driver just answered
+ * NotFound for the recorded VM of a machine without node.
  */
 export function planHealth(
   m: AnyMachine,
   node: AnyNode | undefined,
   settings: MachineControllerSettings,
   now: number,
+  { vmGone = false }: { vmGone?: boolean } = {},
 ): HealthDecision {
   const name = m.metadata.name ?? '';
   const nodeConds = node?.status?.conditions ?? [];
@@ -151,6 +155,21 @@ export function planHealth(
           reason: 'joined',
           needsBudget: false,
           joinDurationMs,
+        };
+        return decision;
+      }
+      if (vmGone) {
+        decision.transition = {
+          phase: MachinePhase.Failed,
+          lastOperation: lastOp(
+            MachineOperationType.Create,
+            MachineState.Failed,
+            `VM ${m.spec?.providerID ?? ''} of machine ${name} no longer exists (the provider answers NotFound) and its node never joined; the machine is marked Failed to be replaced`,
+            now,
+            'NotFound',
+          ),
+          reason: 'vm-not-found',
+          needsBudget: false,
         };
         return decision;
       }

@@ -37,7 +37,7 @@ export const InPlaceMessage = {
 } as const;
 
 /** Phases in which a selected node is drained and its machine moves to InPlaceUpdating. */
-const DRAINABLE_PHASES: readonly string[] = [MachinePhase.Running, MachinePhase.InPlaceUpdating];
+export const DRAINABLE_PHASES: readonly string[] = [MachinePhase.Running, MachinePhase.InPlaceUpdating];
 
 export type InPlaceStep =
   /** Nothing to do now (no update in progress, or the next step is someone else's). */

@@ -20,6 +20,7 @@ import type { Node, NodeCondition } from '../../kube/types.js';
 import type { Logger } from '../../observability/logger.js';
 import { rfc3339 } from '../conditions.js';
 import { MachineEventReason, type MachineDeps } from './deps.js';
+import { drainId } from './drains.js';
 import { lastOp } from './health.js';
 import { InPlaceMessage, planInPlace, type InPlaceStep } from './inplace.js';
 import { resolveMachineClass } from './resolve.js';
@@ -29,17 +30,24 @@ import { isNoop, patchMachineStatus, type StatusChange } from './status.js';
 type AnyMachine = Machine | DeepReadonly<Machine>;
 type AnyNode = Node | DeepReadonly<Node>;
 
-/** The drain's id in the Drainer (its in-memory state), apart from a deletion's drain. */
-export function inPlaceDrainId(m: AnyMachine): string {
-  return `inplace:${objectKey(m)}`;
+export interface InPlaceOutcome {
+  result: ReconcileResult;
+  machine: AnyMachine;
+  /** A drain for the update ran a round and is not done: it goes on in a later pass. */
+  draining?: boolean;
 }
 
+/**
+ * The next in-place step. The caller ends the update's drain (its state and series) whenever a
+ * pass leaves it without `draining`: the node was deselected, the machine left Running, the node
+ * went away.
+ */
 export async function reconcileInPlace(
   d: MachineDeps,
   m: AnyMachine,
   node: AnyNode,
   log: Logger,
-): Promise<{ result: ReconcileResult; machine: AnyMachine }> {
+): Promise<InPlaceOutcome> {
   if (d.target === undefined || node.metadata.deletionTimestamp !== undefined)
     return { result: {}, machine: m };
   const now = d.clock.now();
@@ -103,7 +111,7 @@ async function drainForUpdate(
   step: Extract<InPlaceStep, { kind: 'drain' }>,
   now: number,
   log: Logger,
-): Promise<{ result: ReconcileResult; machine: AnyMachine }> {
+): Promise<InPlaceOutcome> {
   const target = d.target;
   const drainer = d.drainer;
   let m = cached;
@@ -131,7 +139,7 @@ async function drainForUpdate(
     m,
     { requireFinalizer: false, allowMissingSecrets: true },
   );
-  const id = inPlaceDrainId(m);
+  const id = drainId('inplace', objectKey(m));
   const round = await drainer.round({
     id,
     nodeName,
@@ -141,7 +149,7 @@ async function drainForUpdate(
     driver: r.ok ? r.driver : undefined,
   });
   if (!round.done) {
-    d.drainMetrics.blocked(namespace, name, round.blockers, (step.forceAt - now) / 1000);
+    d.drainMetrics.blocked(id, namespace, name, round.blockers, (step.forceAt - now) / 1000);
     const what = describeBlockers(round.blockers);
     const timeout = drainTimeoutOf(m, d.settings);
     const description =
@@ -161,10 +169,14 @@ async function drainForUpdate(
     };
     if (!isNoop(m, change)) m = await patchMachineStatus(d.client, m, change, now);
     const untilForce = step.force === undefined ? Math.max(1000, step.forceAt - now) : round.requeueAfterMs;
-    return { result: { requeueAfter: Math.min(round.requeueAfterMs, untilForce) }, machine: m };
+    return {
+      result: { requeueAfter: Math.min(round.requeueAfterMs, untilForce) },
+      machine: m,
+      draining: true,
+    };
   }
   drainer.forget(id);
-  d.drainMetrics.finished(namespace, name, (now - step.selectedAt) / 1000);
+  d.drainMetrics.finished(id, namespace, (now - step.selectedAt) / 1000);
   if (step.force !== undefined) {
     d.recorder.event(
       m,

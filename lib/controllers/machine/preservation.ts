@@ -23,6 +23,7 @@ import type { Node, NodeCondition, Taint } from '../../kube/types.js';
 import type { Logger } from '../../observability/logger.js';
 import { rfc3339 } from '../conditions.js';
 import { MachineEventReason, type MachineDeps } from './deps.js';
+import { drainId, endDrain } from './drains.js';
 import { planPreservation, type PreservePlan } from './preserve.js';
 import { resolveMachineClass } from './resolve.js';
 import { drainTimeoutOf } from './settings.js';
@@ -79,6 +80,8 @@ export async function reconcilePreservation(
   let result: ReconcileResult = {};
   if (node !== undefined && d.target !== undefined && node.metadata.deletionTimestamp === undefined) {
     result = await syncPreservedNode(d, m, node, plan, now);
+  } else {
+    endDrain(d, drainId('preserve', objectKey(m)));
   }
   if (plan.action === 'start' || plan.action === 'keep') {
     const expiry = plan.expiry ?? Date.parse(m.status?.currentStatus?.preserveExpiryTime ?? '');
@@ -158,7 +161,7 @@ async function syncPreservedNode(
   let message: string;
   const expiry = plan.expiry ?? Date.parse(m.status?.currentStatus?.preserveExpiryTime ?? '');
   const until = Number.isNaN(expiry) ? '' : ` Preserved until ${rfc3339(expiry)}.`;
-  const key = `preserve:${objectKey(m)}`;
+  const key = drainId('preserve', objectKey(m));
   if (plan.drain && d.drainer !== undefined) {
     const failedAt = Date.parse(m.status?.currentStatus?.lastUpdateTime ?? '');
     const startedAt = Number.isNaN(failedAt) ? now : failedAt;
@@ -176,14 +179,14 @@ async function syncPreservedNode(
       driver: r.ok ? r.driver : undefined,
     });
     if (round.done) {
-      d.drainer.forget(key);
+      endDrain(d, key);
       message = `${PreservedMessage.DrainSuccessful}${until}`;
     } else {
       message = `${PreservedMessage.DrainUnsuccessful} Waiting for: ${describeBlockers(round.blockers)}.${until}`;
       result = { requeueAfter: round.requeueAfterMs };
     }
   } else {
-    d.drainer?.forget(key);
+    endDrain(d, key);
     message = on ? `Machine ${m.metadata.name ?? ''} is preserved.${until}` : 'Preservation stopped.';
   }
   const current = node.status?.conditions?.find((c) => c.type === NodeConditionType.Preserved);

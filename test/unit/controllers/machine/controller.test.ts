@@ -1,32 +1,10 @@
 import { expect } from 'chai';
 
-import {
-  API_VERSION,
-  MachineClassResource,
-  MachineResource,
-  type Machine,
-  type MachineClass,
-} from '../../../../lib/api/types.js';
-import { MachineController } from '../../../../lib/controllers/machine/controller.js';
+import { API_VERSION, type Machine } from '../../../../lib/api/types.js';
 import { defaultMachineControllerSettings } from '../../../../lib/controllers/machine/settings.js';
-import { ProviderRegistry } from '../../../../lib/driver/registry.js';
-import { nullLogger } from '../../../../lib/observability/logger.js';
-import { virtualProvider } from '../../../../lib/providers/virtual/index.js';
 import { CoreResources } from '../../../../lib/kube/resources.js';
 import type { Node } from '../../../../lib/kube/types.js';
-import { ControllerTestEnv } from '../env.js';
-
-const rctx = { log: nullLogger, signal: new AbortController().signal };
-
-function cls(name = 'small', providerSpec: Record<string, unknown> = {}): MachineClass {
-  return {
-    apiVersion: API_VERSION,
-    kind: 'MachineClass',
-    metadata: { name, namespace: 'default', finalizers: ['machine.sapcloud.io/machine-controller-manager'] },
-    provider: 'virtual',
-    providerSpec,
-  };
-}
+import { machineControllerEnv, rctx } from './harness.js';
 
 function machine(
   name: string,
@@ -48,36 +26,9 @@ function machine(
   };
 }
 
-async function setup(
-  ...objs: { res: typeof MachineResource; obj: Machine | MachineClass }[]
-): Promise<{ env: ControllerTestEnv; mc: MachineController }> {
-  const env = new ControllerTestEnv();
-  for (const o of objs) env.seed(o.res, o.obj);
-  const providers = new ProviderRegistry().register('virtual', virtualProvider());
-  providers.instantiate({
-    control: env.api,
-    target: env.target,
-    namespace: 'default',
-    nodes: env.informers.nodes,
-    clock: env.clock,
-    logger: env.logger,
-    registry: env.registry,
-  });
-  const mc = new MachineController(env.ctx, {
-    settings: defaultMachineControllerSettings,
-    providers,
-    workers: 1,
-  });
-  await env.start();
-  return { env, mc };
-}
-
 describe('MachineController reconcile (in-memory API)', () => {
   it('adds its finalizer first and does nothing else in that pass', async () => {
-    const { env, mc } = await setup(
-      { res: MachineClassResource, obj: cls() },
-      { res: MachineResource, obj: machine('m1', { finalizers: [] }) },
-    );
+    const { env, mc } = await machineControllerEnv([machine('m1', { finalizers: [] })]);
     await mc.reconcile('default/m1', rctx);
     const writes = [...env.api.writes(), ...env.target.writes()];
     expect(writes).to.have.length(1);
@@ -87,10 +38,7 @@ describe('MachineController reconcile (in-memory API)', () => {
   });
 
   it('creates the VM (a Node), records its identity on the machine, then moves it to Pending', async () => {
-    const { env, mc } = await setup(
-      { res: MachineClassResource, obj: cls() },
-      { res: MachineResource, obj: machine('m1') },
-    );
+    const { env, mc } = await machineControllerEnv([machine('m1')]);
     const result = await mc.reconcile('default/m1', rctx);
     const targetWrites = env.target.writes();
     expect(targetWrites.map((w) => `${w.verb} ${w.resource} ${w.name ?? ''}`)).to.deep.equal([
@@ -116,7 +64,7 @@ describe('MachineController reconcile (in-memory API)', () => {
   });
 
   it('creates nothing for a machine whose class is missing, and says why in status and an event', async () => {
-    const { env, mc } = await setup({ res: MachineResource, obj: machine('m1') });
+    const { env, mc } = await machineControllerEnv([machine('m1')], { machineClass: null });
     const result = await mc.reconcile('default/m1', rctx);
     expect(env.target.writes()).to.have.length(0);
     const writes = env.api.writes();
@@ -158,10 +106,7 @@ describe('MachineController reconcile (in-memory API)', () => {
       spec: { providerID: 'virtual://virtual-zone-a/m1' },
       status: { conditions: [{ type: 'Ready', status: 'True' }] },
     };
-    const { env, mc } = await setup(
-      { res: MachineClassResource, obj: cls() },
-      { res: MachineResource, obj: deleting },
-    );
+    const { env, mc } = await machineControllerEnv([deleting]);
     env.seed(CoreResources.nodes, node);
     await env.settle();
     env.api.clearActions();

@@ -71,6 +71,27 @@ describe('machine health planning', () => {
     ).to.be.false;
   });
 
+  it('moves a Pending machine without node to Failed at once when its VM is gone (NotFound), within no budget', () => {
+    const d = planHealth(
+      machine('Pending', { spec: { providerID: 'p://vm-1' } }),
+      undefined,
+      settings,
+      T0 + 60_000,
+      { vmGone: true },
+    );
+    expect(d.transition?.phase).to.equal('Failed');
+    expect(d.transition?.reason).to.equal('vm-not-found');
+    expect(d.transition?.needsBudget).to.equal(false);
+    expect(d.transition?.lastOperation).to.include({
+      type: 'Create',
+      state: 'Failed',
+      errorCode: 'NotFound',
+    });
+    expect(d.transition?.lastOperation.description).to.contain('VM p://vm-1 of machine m1 no longer exists');
+    const waiting = planHealth(machine('Pending'), undefined, settings, T0 + 60_000);
+    expect(waiting.transition, 'without that answer it waits for the creation timeout').to.equal(undefined);
+  });
+
   it('moves Pending to Running when the node is healthy, with the join duration', () => {
     const d = planHealth(machine('Pending'), node([ready]), settings, T0 + 42_000);
     expect(d.transition?.phase).to.equal('Running');

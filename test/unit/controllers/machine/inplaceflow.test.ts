@@ -1,38 +1,16 @@
 import { expect } from 'chai';
 
-import {
-  API_VERSION,
-  MachineClassResource,
-  MachineResource,
-  type Machine,
-  type MachineClass,
-} from '../../../../lib/api/types.js';
-import { MachineController } from '../../../../lib/controllers/machine/controller.js';
-import { defaultMachineControllerSettings } from '../../../../lib/controllers/machine/settings.js';
-import { ProviderRegistry } from '../../../../lib/driver/registry.js';
+import { API_VERSION, MachineResource, type Machine } from '../../../../lib/api/types.js';
+import type { MachineController } from '../../../../lib/controllers/machine/controller.js';
 import { CoreResources } from '../../../../lib/kube/resources.js';
 import type { Node, Pod } from '../../../../lib/kube/types.js';
-import { nullLogger } from '../../../../lib/observability/logger.js';
-import { virtualProvider } from '../../../../lib/providers/virtual/index.js';
 import { eventually } from '../../helpers/eventually.js';
-import { ControllerTestEnv } from '../env.js';
+import type { ControllerTestEnv } from '../env.js';
+import { machineControllerEnv, rctx } from './harness.js';
 
-const rctx = { log: nullLogger, signal: new AbortController().signal };
 const CANDIDATE = 'node.machine.sapcloud.io/candidate-for-update';
 const SELECTED = 'node.machine.sapcloud.io/selected-for-update';
 const RESULT = 'node.machine.sapcloud.io/update-result';
-
-const cls: MachineClass = {
-  apiVersion: API_VERSION,
-  kind: 'MachineClass',
-  metadata: {
-    name: 'small',
-    namespace: 'default',
-    finalizers: ['machine.sapcloud.io/machine-controller-manager'],
-  },
-  provider: 'virtual',
-  providerSpec: {},
-};
 
 function runningMachine(labels: Record<string, string> = {}): Machine {
   return {
@@ -74,29 +52,13 @@ const pod: Pod = {
   status: { phase: 'Running' },
 };
 
-async function setup(m: Machine): Promise<{ env: ControllerTestEnv; mc: MachineController }> {
-  const env = new ControllerTestEnv();
-  env.seed(MachineClassResource, cls);
-  env.seed(MachineResource, m);
-  env.seed(CoreResources.nodes, node);
-  env.target.seed(CoreResources.pods, pod);
-  const providers = new ProviderRegistry().register('virtual', virtualProvider());
-  providers.instantiate({
-    control: env.api,
-    target: env.target,
-    namespace: 'default',
-    nodes: env.informers.nodes,
-    clock: env.clock,
-    logger: env.logger,
-    registry: env.registry,
+function setup(m: Machine): Promise<{ env: ControllerTestEnv; mc: MachineController }> {
+  return machineControllerEnv([m], {
+    seed: (env) => {
+      env.seed(CoreResources.nodes, node);
+      env.target.seed(CoreResources.pods, pod);
+    },
   });
-  const mc = new MachineController(env.ctx, {
-    settings: defaultMachineControllerSettings,
-    providers,
-    workers: 1,
-  });
-  await env.start();
-  return { env, mc };
 }
 
 async function labelNode(env: ControllerTestEnv, labels: Record<string, string | null>): Promise<void> {
