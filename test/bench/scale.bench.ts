@@ -669,14 +669,18 @@ function rowsOf(results: Result[]): string[][] {
 
 const HEADER = ['machines @ qps/burst', 'figure', 'ours', `gardener MCM`, 'ours/anchor'];
 
+const NOT_RUN = 'not run';
+
 function markdown(results: Result[], anchorVersion: string): string {
   const lines = [
     '# Scale: ours against gardener MCM',
     '',
     `Written by \`npm run bench scale\` on ${new Date().toISOString()}: node ${process.version}, ` +
       `${os.cpus().length} CPUs (${os.cpus()[0]?.model ?? 'unknown'}), ${(os.totalmem() / 2 ** 30).toFixed(1)} GiB. ` +
-      `Anchor: gardener machine-controller-manager ${anchorVersion} and its provider machine-controller ` +
-      'with our virtual-cloud driver (test/bench/anchor).',
+      (anchorVersion === NOT_RUN
+        ? 'Anchor: not run (MCM_BENCH_SCALE_ANCHOR=0).'
+        : `Anchor: gardener machine-controller-manager ${anchorVersion} and its provider machine-controller ` +
+          'with our virtual-cloud driver (test/bench/anchor).'),
     '',
     'Each run: a fresh etcd + kube-apiserver (no kwok, no kube-controller-manager: nodes stay as ' +
       "registered), gardener's sample MachineDeployment (maxSurge 1, maxUnavailable 1, " +
@@ -685,19 +689,22 @@ function markdown(results: Result[], anchorVersion: string): string {
       `gardener's default workers (${CONCURRENT_SYNCS} per controller, ${MACHINE_CONCURRENT_SYNCS} machine workers), ` +
       'no leader election. API requests: counted by kube-apiserver (audit log, one record per ' +
       'request received) for everything the implementation sends, VM (Node) calls of the virtual ' +
-      'cloud included. Each change (0→N, the rolling update, N→0) is measured from the request ' +
-      'that makes it until its goal, seen in watch events of Machines, Nodes and the ' +
-      'MachineDeployment by the same code for both sides: 0→N ends when N machines exist, all ' +
-      'Running; N→0 when no machine and no VM is left; the rolling update when N machines exist, ' +
-      'all of the new class, Running and not being deleted, and the deployment reports N replicas, ' +
-      'N updated and N available for its current generation. Time, API requests/machine and CPU ' +
-      'ms/machine are taken at that moment. Work an implementation does after the goal is reported ' +
-      'apart, never per machine: "after …: s until quiet" runs from the goal to its last request ' +
-      `before ${QUIET_MS / 1000} s without one ("> ${SETTLE_MAX_MS / 1000}": not quiet within ` +
-      `${SETTLE_MAX_MS / 1000} s), "API requests until quiet" counts the requests in that span; ` +
-      'the next change starts after it. At rest: the ' +
-      `${AT_REST_SECONDS} s after 0→N fell quiet. Peak RSS: VmHWM, summed over the processes (anchor: 2). ` +
-      'CPU: utime+stime.',
+      'cloud included.',
+    '',
+    'How the figures are counted, by the same code for both sides:',
+    '',
+    '- 0→N: from the scale to N until N machines exist, all Running, seen in a watch event.',
+    '- N→0: from the scale to 0 until no machine and no VM (Node of the virtual cloud) is left, seen ' +
+      'in a watch event.',
+    '- rolling update: from the patch until N machines exist, all of the new class, Running and not ' +
+      'being deleted, and the MachineDeployment reports N replicas, N updated and N available for its ' +
+      'current generation, seen in a watch event.',
+    '- s, API requests/s, API requests/machine and CPU ms/machine of a change: taken at that moment.',
+    `- "after …: s until quiet": from that moment to the implementation's last request before ${QUIET_MS / 1000} s ` +
+      `without one ("> ${SETTLE_MAX_MS / 1000}": not quiet within ${SETTLE_MAX_MS / 1000} s); "API requests until ` +
+      'quiet": the requests in that span, a total, never per machine. The next change starts after it.',
+    `- at rest: the ${AT_REST_SECONDS} s after 0→N fell quiet.`,
+    '- peak RSS: VmHWM, summed over the processes (anchor: 2). CPU: utime+stime.',
     '',
     `| ${HEADER.join(' | ')} |`,
     `| ${HEADER.map((_, i) => (i < 2 ? '---' : '---:')).join(' | ')} |`,
@@ -709,11 +716,16 @@ function markdown(results: Result[], anchorVersion: string): string {
   if (pick !== undefined) {
     const at = `${pick.n} machines @ ${pick.setting.qps}/${pick.setting.burst}`;
     lines.push(
-      ...sideBySide(`Requests per machine during 0→N by client (${at})`, 'client', pick, 'upClients'),
+      ...sideBySide(
+        `Requests per machine during 0→N, until all N Running, by client (${at})`,
+        'client',
+        pick,
+        'upClients',
+      ),
     );
     lines.push(
       ...sideBySide(
-        `Requests per machine during 0→N by verb and resource (${at})`,
+        `Requests per machine during 0→N, until all N Running, by verb and resource (${at})`,
         'request',
         pick,
         'upBreakdown',
@@ -797,7 +809,7 @@ export async function benchScale(): Promise<void> {
   // MCM_BENCH_SCALE_ANCHOR=0: our side only (the anchor's columns show –).
   const withAnchor = process.env.MCM_BENCH_SCALE_ANCHOR !== '0';
   if (withAnchor) ensureAnchor();
-  const anchorVersion = withAnchor ? readToolVersions().MCM_ANCHOR_VERSION : 'not run';
+  const anchorVersion = withAnchor ? readToolVersions().MCM_ANCHOR_VERSION : NOT_RUN;
   const auditDir = mkdtempSync(path.join(os.tmpdir(), 'mcm-scale-'));
   const results: Result[] = [];
   try {
