@@ -4,7 +4,10 @@
 // machine-controller-manager plus its provider machine-controller with our Go driver of the same
 // cloud (test/bench/anchor). Each run gets a fresh control plane. API requests are counted by the
 // API server itself (its audit log, one record per request received), so both sides are counted
-// the same way whatever their client libraries report.
+// the same way whatever their client libraries report. Each change is measured from the request
+// that makes it to its goal as seen in watch events (convergence.ts: all N Running, nothing left,
+// the rollout complete): time, requests and CPU are taken at that moment, by the same code for
+// both sides. What an implementation sends after that is reported apart (until it falls quiet).
 
 import { spawnSync } from 'node:child_process';
 import {
@@ -33,9 +36,10 @@ import {
 } from '../../lib/api/types.js';
 import { KubeClient } from '../../lib/kube/client.js';
 import { Informer } from '../../lib/kube/informer.js';
-import { CoreResources } from '../../lib/kube/resources.js';
-import type { Node } from '../../lib/kube/types.js';
+import { CoreResources, type ResourceType } from '../../lib/kube/resources.js';
+import type { KubeObject, Node } from '../../lib/kube/types.js';
 import { nullLogger } from '../../lib/observability/logger.js';
+import { Fleet, allRunning, noneLeft, rolledOut, type Goal } from './convergence.js';
 import { startControlPlane, type ControlPlane } from '../harness/controlplane.js';
 import { ManagedProcess, freePort, waitUntil } from '../harness/process.js';
 import { mcmAnchorDir, readToolVersions, repoRoot } from '../harness/tools.js';
@@ -45,9 +49,12 @@ import { printTable } from './table.js';
 const BENCH_USER_AGENT = 'mcm-scale-bench';
 const NAMESPACE = 'default';
 const AT_REST_SECONDS = 30;
-/** The implementation is done with a change once it has sent nothing this long. */
+/** After its goal, a change has settled once the implementation has sent nothing this long… */
 const QUIET_MS = 5000;
-const QUIET_MAX_MS = 600_000;
+/** …or, at the latest, this long after the goal (the anchor at 5,000 machines never falls quiet). */
+const SETTLE_MAX_MS = 300_000;
+/** How long a change may take to reach its goal before the run fails. */
+const CONVERGE_MAX_MS = 3_600_000;
 /** Workers: gardener's defaults on both sides (MCM 10 per controller, machine-controller 50). */
 const CONCURRENT_SYNCS = 10;
 const MACHINE_CONCURRENT_SYNCS = 50;
@@ -61,25 +68,38 @@ interface Setting {
   burst: number;
 }
 
+/**
+ * Per change (up: 0 → N, down: N → 0, rollout: the rolling update of all N to a second class, NaN
+ * when not run for this N): seconds, requests per machine and CPU ms per machine from the request
+ * that makes the change until its goal is seen in a watch event; then, apart and never per
+ * machine, how long the implementation went on sending after the goal until it fell quiet
+ * (Infinity: not within SETTLE_MAX_MS) and how many requests that was.
+ */
 interface Figures {
   upSeconds: number;
-  /** From the scale until the implementation falls quiet (see AuditTail.quiet). */
-  upRequestsPerMachine: number;
-  /** Requests per second from the scale until all machines are Running. */
   upRequestRate: number;
+  upRequestsPerMachine: number;
+  upCpuMsPerMachine: number;
+  upSettleSeconds: number;
+  upSettleRequests: number;
+  /** Over AT_REST_SECONDS, starting when 0 → N has settled. */
   restRequestsPerSecond: number;
   downSeconds: number;
   downRequestsPerMachine: number;
-  /** Sum over the implementation's processes of each one's peak resident set. */
-  peakRssMiB: number;
-  upCpuMsPerMachine: number;
-  /** CPU seconds of the whole run, start-up and scale-down included. */
-  cpuSeconds: number;
-  /** Rolling update of all N machines to a second class; NaN when not run for this N. */
+  downCpuMsPerMachine: number;
+  downSettleSeconds: number;
+  downSettleRequests: number;
   rolloutSeconds: number;
   /** Most machines not being deleted at any watch event of the rollout, minus replicas + maxSurge. */
   rolloutBeyondLimit: number;
   rolloutRequestsPerMachine: number;
+  rolloutCpuMsPerMachine: number;
+  rolloutSettleSeconds: number;
+  rolloutSettleRequests: number;
+  /** Sum over the implementation's processes of each one's peak resident set. */
+  peakRssMiB: number;
+  /** CPU seconds of the whole run, start-up and scale-down included. */
+  cpuSeconds: number;
   /** Requests per machine during 0 → N by verb and resource, largest first. */
   upBreakdown: [string, number][];
   /** The same by client (user agent without version). */
@@ -128,6 +148,8 @@ function clientOf(userAgent: string): string {
  */
 class AuditTail {
   readonly records: AuditRecord[] = [];
+  /** Receipt time of the latest request kept. */
+  private lastAt = 0;
   private offset = 0;
   private rest = '';
 
@@ -155,8 +177,10 @@ class AuditTail {
     const ua = e.userAgent ?? '';
     if (e.user?.username !== 'admin' || ua.startsWith(BENCH_USER_AGENT) || ua.startsWith('kubectl')) return;
     const ref = e.objectRef;
+    const at = Date.parse(e.requestReceivedTimestamp ?? '');
+    this.lastAt = Math.max(this.lastAt, at);
     this.records.push({
-      at: Date.parse(e.requestReceivedTimestamp ?? ''),
+      at,
       verb: e.verb ?? '',
       resource:
         ref?.resource === undefined
@@ -171,18 +195,18 @@ class AuditTail {
   }
 
   /**
-   * Waits until the implementation has sent nothing for QUIET_MS (at most QUIET_MAX_MS after
-   * `since`) and returns the end of its last request burst: just after its last request, or
-   * `since` when it sent none. The work a scale causes does not end when the machines are Running
-   * (bootstrap tokens are deleted, statuses catch up), so it is counted until this point.
+   * Waits until the implementation has sent nothing for QUIET_MS, at most SETTLE_MAX_MS after
+   * `since`. Quiet: `at` is just after its last request, or `since` when it sent none since then.
+   * Not quiet by the deadline: `at` is the deadline. (A file tail, so read at intervals.)
    */
-  async quiet(since: number): Promise<number> {
-    const deadline = since + QUIET_MAX_MS;
+  async quiet(since: number): Promise<{ quiet: boolean; at: number }> {
+    const deadline = since + SETTLE_MAX_MS;
     for (;;) {
       this.poll();
-      const last = this.records.reduce((m, r) => Math.max(m, r.at), since);
+      const last = Math.max(this.lastAt, since);
       const now = Date.now();
-      if (now - last >= QUIET_MS || now > deadline) return last === since ? since : last + 1;
+      if (now - last >= QUIET_MS) return { quiet: true, at: last === since ? since : last + 1 };
+      if (now >= deadline) return { quiet: false, at: deadline };
       await sleep(250);
     }
   }
@@ -356,14 +380,6 @@ async function createObjects(client: KubeClient): Promise<void> {
   });
 }
 
-async function waitFor(what: string, cond: () => boolean, timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!cond()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
 function usage(procs: ManagedProcess[]): { peakRssMiB: number; cpuSeconds: number } {
   let peakRssMiB = 0;
   let cpuSeconds = 0;
@@ -376,76 +392,106 @@ function usage(procs: ManagedProcess[]): { peakRssMiB: number; cpuSeconds: numbe
   return { peakRssMiB, cpuSeconds };
 }
 
+/** Resolves with the fleet's time of reaching `goal`; fails after `timeoutMs`. */
+async function reach(fleet: Fleet, goal: Goal, what: string, timeoutMs: number): Promise<number> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      reject(new Error(`timed out waiting for ${what}`));
+    }, timeoutMs);
+  });
+  try {
+    return await Promise.race([fleet.until(goal), timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** What the implementation under test is observed through: the same for both sides. */
+interface Observed {
+  procs: ManagedProcess[];
+  audit: AuditTail;
+  fleet: Fleet;
+}
+
+/** One change, from the request that makes it to its goal, then until the implementation is quiet. */
+interface Phase {
+  seconds: number;
+  /** Requests received from the start until the goal. */
+  requests: AuditRecord[];
+  /** CPU of the implementation's processes from the start until the goal. */
+  cpuSeconds: number;
+  /** From the goal until QUIET_MS without a request; Infinity when not within SETTLE_MAX_MS. */
+  settleSeconds: number;
+  /** Requests received from the goal until quiet (or SETTLE_MAX_MS). */
+  settleRequests: number;
+}
+
+/**
+ * Makes a change (`start`), takes time, requests and CPU at the moment its goal is seen in a watch
+ * event, then waits for the implementation to fall quiet, so the next phase starts from rest.
+ */
+async function measure(o: Observed, what: string, start: () => Promise<unknown>, goal: Goal): Promise<Phase> {
+  const cpu0 = usage(o.procs).cpuSeconds;
+  const t0 = Date.now();
+  await start();
+  const reached = await reach(o.fleet, goal, what, CONVERGE_MAX_MS);
+  const cpuSeconds = usage(o.procs).cpuSeconds - cpu0;
+  const settled = await o.audit.quiet(reached);
+  return {
+    seconds: (reached - t0) / 1000,
+    requests: o.audit.within(t0, reached),
+    cpuSeconds,
+    settleSeconds: settled.quiet ? (settled.at - reached) / 1000 : Infinity,
+    settleRequests: o.audit.within(reached, settled.at).length,
+  };
+}
+
+/** The per-machine and settling figures of a phase over n machines. */
+function perMachine(p: Phase | undefined, n: number) {
+  return {
+    seconds: p?.seconds ?? NaN,
+    requestsPerMachine: p === undefined ? NaN : p.requests.length / n,
+    cpuMsPerMachine: p === undefined ? NaN : (p.cpuSeconds * 1000) / n,
+    settleSeconds: p?.settleSeconds ?? NaN,
+    settleRequests: p?.settleRequests ?? NaN,
+  };
+}
+
 /**
  * Rolls all n machines over to ROLLOUT_CLASS (maxSurge 10 %, maxUnavailable 0, minReadySeconds 0)
- * and waits until the deployment is complete: n machines, all Running on the new class, status
- * updated and available n. The peak is taken at every watch event of the machines.
+ * until the deployment is complete (rolledOut). The peak of machines not being deleted is taken at
+ * every watch event of the machines from the patch until the implementation fell quiet.
  */
 async function rollingUpdate(
   client: KubeClient,
-  machines: Informer<Machine>,
-  audit: AuditTail,
+  o: Observed,
   n: number,
-): Promise<{ seconds: number; beyondLimit: number; requestsPerMachine: number }> {
+): Promise<{ phase: Phase; beyondLimit: number }> {
   const maxSurge = Math.ceil((n * ROLLOUT_MAX_SURGE_PERCENT) / 100);
-  let peak = 0;
-  const count = (): void => {
-    let live = 0;
-    for (const m of machines.list()) if (m.metadata.deletionTimestamp === undefined) live++;
-    peak = Math.max(peak, live);
-  };
-  machines.addHandler({ onAdd: count, onUpdate: count, onDelete: count });
-  const t0 = Date.now();
-  await client.patch(
-    MachineDeploymentResource,
-    'bench',
-    {
-      spec: {
-        minReadySeconds: 0,
-        strategy: {
-          type: 'RollingUpdate',
-          rollingUpdate: { maxSurge: `${ROLLOUT_MAX_SURGE_PERCENT}%`, maxUnavailable: 0 },
+  o.fleet.resetPeak();
+  const phase = await measure(
+    o,
+    `the rolling update of ${n} machines`,
+    () =>
+      client.patch(
+        MachineDeploymentResource,
+        'bench',
+        {
+          spec: {
+            minReadySeconds: 0,
+            strategy: {
+              type: 'RollingUpdate',
+              rollingUpdate: { maxSurge: `${ROLLOUT_MAX_SURGE_PERCENT}%`, maxUnavailable: 0 },
+            },
+            template: { spec: { class: { kind: 'MachineClass', name: ROLLOUT_CLASS } } },
+          },
         },
-        template: { spec: { class: { kind: 'MachineClass', name: ROLLOUT_CLASS } } },
-      },
-    },
-    { type: 'merge', namespace: NAMESPACE },
+        { type: 'merge', namespace: NAMESPACE },
+      ),
+    rolledOut(n, ROLLOUT_CLASS),
   );
-  let md: MachineDeployment | undefined;
-  const complete = (): boolean => {
-    const all = machines.list();
-    return (
-      all.length === n &&
-      all.every(
-        (m) =>
-          m.spec?.class?.name === ROLLOUT_CLASS &&
-          m.metadata.deletionTimestamp === undefined &&
-          m.status?.currentStatus?.phase === 'Running',
-      )
-    );
-  };
-  for (const deadline = Date.now() + 3_600_000; ;) {
-    if (complete()) {
-      md = await client.get<MachineDeployment>(MachineDeploymentResource, 'bench', NAMESPACE);
-      const st = md.status;
-      if (
-        (st?.observedGeneration ?? 0) >= (md.metadata.generation ?? 1) &&
-        st?.updatedReplicas === n &&
-        st.availableReplicas === n &&
-        st.replicas === n
-      )
-        break;
-    }
-    if (Date.now() > deadline) throw new Error(`timed out waiting for the rolling update of ${n} machines`);
-    await sleep(200);
-  }
-  const t1 = Date.now();
-  const done = await audit.quiet(t0);
-  return {
-    seconds: (t1 - t0) / 1000,
-    beyondLimit: Math.max(0, peak - (n + maxSurge)),
-    requestsPerMachine: audit.within(t0, done).length / n,
-  };
+  return { phase, beyondLimit: Math.max(0, o.fleet.peakLive - (n + maxSurge)) };
 }
 
 async function run(
@@ -473,42 +519,35 @@ async function run(
     burst: 1000,
     userAgent: BENCH_USER_AGENT,
   });
-  const machines = new Informer<Machine>({
-    client,
-    resource: MachineResource,
-    namespace: NAMESPACE,
-    logger: nullLogger,
-  });
-  const nodes = new Informer<Node>({ client, resource: CoreResources.nodes, logger: nullLogger });
+  const informer = <T extends KubeObject>(resource: ResourceType, namespace?: string): Informer<T> =>
+    new Informer<T>({
+      client,
+      resource,
+      ...(namespace === undefined ? {} : { namespace }),
+      logger: nullLogger,
+    });
+  const machines = informer<Machine>(MachineResource, NAMESPACE);
+  const nodes = informer<Node>(CoreResources.nodes);
+  const deployments = informer<MachineDeployment>(MachineDeploymentResource, NAMESPACE);
+  const informers = [machines, nodes, deployments];
+  const fleet = new Fleet('bench');
+  fleet.follow(machines, nodes, deployments);
   let procs: ManagedProcess[] = [];
   try {
     if (impl === 'anchor') await installAnchorCRDs(cp);
-    machines.start();
-    nodes.start();
-    await Promise.all([machines.waitForSync(), nodes.waitForSync()]);
+    for (const i of informers) i.start();
+    await Promise.all(informers.map((i) => i.waitForSync()));
     await createObjects(client);
     procs = impl === 'ours' ? await startOurs(cp, s) : await startAnchor(cp, s);
     // Running: the deployment controller has seen the (empty) deployment.
-    await waitUntil(
-      'the deployment to be observed',
-      async () => {
-        const md = await client.get<MachineDeployment>(MachineDeploymentResource, 'bench', NAMESPACE);
-        return (md.status?.observedGeneration ?? 0) >= (md.metadata.generation ?? 1);
-      },
-      { timeoutMs: 60_000, intervalMs: 200 },
-    );
+    await reach(fleet, (f) => f.deploymentObserved(), 'the deployment to be observed', 60_000);
     const audit = new AuditTail(auditLog);
     await audit.quiet(Date.now());
+    const o: Observed = { procs, audit, fleet };
 
-    const cpu0 = usage(procs).cpuSeconds;
-    const t0 = Date.now();
-    await client.scale(MachineDeploymentResource, 'bench', NAMESPACE, n);
-    const running = (): number =>
-      machines.list().filter((m) => m.status?.currentStatus?.phase === 'Running').length;
-    await waitFor(`${n} machines Running`, () => running() === n, 3_600_000);
-    const tUp = Date.now();
-    const upDone = await audit.quiet(t0);
-    const cpuUp = usage(procs).cpuSeconds - cpu0;
+    const scale = (replicas: number) => () =>
+      client.scale(MachineDeploymentResource, 'bench', NAMESPACE, replicas);
+    const up = await measure(o, `${n} machines Running`, scale(n), allRunning(n));
 
     // At rest: nothing changes, so nothing should be requested.
     const tRest = Date.now();
@@ -520,38 +559,41 @@ async function run(
       (r) =>
         r.n === n && (r.setting === undefined || (r.setting.qps === s.qps && r.setting.burst === s.burst)),
     );
-    const rollout = wanted ? await rollingUpdate(client, machines, audit, n) : undefined;
+    const rollout = wanted ? await rollingUpdate(client, o, n) : undefined;
 
-    const t1 = Date.now();
-    await client.scale(MachineDeploymentResource, 'bench', NAMESPACE, 0);
-    const vms = (): number =>
-      nodes.list().filter((x) => x.metadata.labels?.['virtual.mcm-ts.io/vm'] === 'true').length;
-    await waitFor('0 machines and 0 VMs', () => machines.size() === 0 && vms() === 0, 3_600_000);
-    const tDown = Date.now();
-    const downDone = await audit.quiet(t1);
+    const down = await measure(o, '0 machines and 0 VMs', scale(0), noneLeft);
     const end = usage(procs);
 
-    const up = audit.within(t0, upDone);
+    const u = perMachine(up, n);
+    const r = perMachine(rollout?.phase, n);
+    const d = perMachine(down, n);
     return {
-      upSeconds: (tUp - t0) / 1000,
-      upRequestsPerMachine: up.length / n,
-      upRequestRate: audit.within(t0, tUp).length / ((tUp - t0) / 1000),
-      upCpuMsPerMachine: (cpuUp * 1000) / n,
+      upSeconds: u.seconds,
+      upRequestRate: up.requests.length / up.seconds,
+      upRequestsPerMachine: u.requestsPerMachine,
+      upCpuMsPerMachine: u.cpuMsPerMachine,
+      upSettleSeconds: u.settleSeconds,
+      upSettleRequests: u.settleRequests,
       restRequestsPerSecond: audit.within(tRest, tRestEnd).length / ((tRestEnd - tRest) / 1000),
-      downSeconds: (tDown - t1) / 1000,
-      downRequestsPerMachine: audit.within(t1, downDone).length / n,
+      downSeconds: d.seconds,
+      downRequestsPerMachine: d.requestsPerMachine,
+      downCpuMsPerMachine: d.cpuMsPerMachine,
+      downSettleSeconds: d.settleSeconds,
+      downSettleRequests: d.settleRequests,
+      rolloutSeconds: r.seconds,
+      rolloutBeyondLimit: rollout?.beyondLimit ?? NaN,
+      rolloutRequestsPerMachine: r.requestsPerMachine,
+      rolloutCpuMsPerMachine: r.cpuMsPerMachine,
+      rolloutSettleSeconds: r.settleSeconds,
+      rolloutSettleRequests: r.settleRequests,
       peakRssMiB: end.peakRssMiB,
       cpuSeconds: end.cpuSeconds,
-      rolloutSeconds: rollout?.seconds ?? NaN,
-      rolloutBeyondLimit: rollout?.beyondLimit ?? NaN,
-      rolloutRequestsPerMachine: rollout?.requestsPerMachine ?? NaN,
-      upBreakdown: breakdown(up, n, (r) => `${r.verb} ${r.resource}`),
-      upClients: breakdown(up, n, (r) => r.client),
+      upBreakdown: breakdown(up.requests, n, (x) => `${x.verb} ${x.resource}`),
+      upClients: breakdown(up.requests, n, (x) => x.client),
     };
   } finally {
     await Promise.all(procs.map((p) => p.stop()));
-    await machines.stop();
-    await nodes.stop();
+    await Promise.all(informers.map((i) => i.stop()));
     client.close();
     await cp.stop();
     rmSync(auditLog, { force: true });
@@ -562,32 +604,41 @@ async function run(
 // Table and results file
 // ------------------------------------------------------------------------------------------------
 
+const ROLLOUT = `rolling update of all N (maxSurge ${ROLLOUT_MAX_SURGE_PERCENT} %, maxUnavailable 0)`;
+
+/** Each figure says what it counts and until when (see markdown() for the definitions). */
 const FIGURES: [keyof Omit<Figures, 'upBreakdown' | 'upClients'>, string][] = [
-  ['upSeconds', '0→N, all Running (s)'],
-  ['upRequestRate', 'API requests/s until Running'],
-  ['upRequestsPerMachine', 'API requests/machine, 0→N'],
-  ['upCpuMsPerMachine', 'CPU ms/machine, 0→N'],
-  ['restRequestsPerSecond', `API requests/s at rest (${AT_REST_SECONDS} s)`],
-  ['downSeconds', 'N→0, no VM left (s)'],
-  ['downRequestsPerMachine', 'API requests/machine, N→0'],
-  [
-    'rolloutSeconds',
-    `rolling update of all N (maxSurge ${ROLLOUT_MAX_SURGE_PERCENT} %, maxUnavailable 0) (s)`,
-  ],
-  ['rolloutBeyondLimit', 'machines beyond replicas + maxSurge during the rollout'],
-  ['rolloutRequestsPerMachine', 'API requests/machine, rolling update'],
+  ['upSeconds', '0→N: s until all N Running'],
+  ['upRequestRate', '0→N: API requests/s until all N Running'],
+  ['upRequestsPerMachine', '0→N: API requests/machine until all N Running'],
+  ['upCpuMsPerMachine', '0→N: CPU ms/machine until all N Running'],
+  ['upSettleSeconds', '0→N, after all Running: s until quiet'],
+  ['upSettleRequests', '0→N, after all Running: API requests until quiet (total)'],
+  ['restRequestsPerSecond', `API requests/s at rest (${AT_REST_SECONDS} s after 0→N fell quiet)`],
+  ['downSeconds', 'N→0: s until no machine and no VM left'],
+  ['downRequestsPerMachine', 'N→0: API requests/machine until none left'],
+  ['downCpuMsPerMachine', 'N→0: CPU ms/machine until none left'],
+  ['downSettleSeconds', 'N→0, after none left: s until quiet'],
+  ['downSettleRequests', 'N→0, after none left: API requests until quiet (total)'],
+  ['rolloutSeconds', `${ROLLOUT}: s until complete`],
+  ['rolloutBeyondLimit', 'rolling update: most machines beyond replicas + maxSurge'],
+  ['rolloutRequestsPerMachine', 'rolling update: API requests/machine until complete'],
+  ['rolloutCpuMsPerMachine', 'rolling update: CPU ms/machine until complete'],
+  ['rolloutSettleSeconds', 'rolling update, after complete: s until quiet'],
+  ['rolloutSettleRequests', 'rolling update, after complete: API requests until quiet (total)'],
   ['peakRssMiB', 'peak RSS (MiB)'],
   ['cpuSeconds', 'CPU s, whole run'],
 ];
 
 function fmt(n: number): string {
+  if (n === Infinity) return `> ${SETTLE_MAX_MS / 1000}`;
   if (!Number.isFinite(n)) return '–';
   if (Number.isInteger(n)) return String(n);
   return n >= 100 ? n.toFixed(0) : n >= 10 ? n.toFixed(1) : n.toFixed(2);
 }
 
 function ratio(ours: number, anchor: number): string {
-  if (Number.isNaN(anchor)) return '–';
+  if (!Number.isFinite(ours) || !Number.isFinite(anchor)) return '–';
   if (anchor === 0) return ours === 0 ? '1.00' : '∞';
   return (ours / anchor).toFixed(2);
 }
@@ -618,14 +669,18 @@ function rowsOf(results: Result[]): string[][] {
 
 const HEADER = ['machines @ qps/burst', 'figure', 'ours', `gardener MCM`, 'ours/anchor'];
 
+const NOT_RUN = 'not run';
+
 function markdown(results: Result[], anchorVersion: string): string {
   const lines = [
     '# Scale: ours against gardener MCM',
     '',
     `Written by \`npm run bench scale\` on ${new Date().toISOString()}: node ${process.version}, ` +
       `${os.cpus().length} CPUs (${os.cpus()[0]?.model ?? 'unknown'}), ${(os.totalmem() / 2 ** 30).toFixed(1)} GiB. ` +
-      `Anchor: gardener machine-controller-manager ${anchorVersion} and its provider machine-controller ` +
-      'with our virtual-cloud driver (test/bench/anchor).',
+      (anchorVersion === NOT_RUN
+        ? 'Anchor: not run (MCM_BENCH_SCALE_ANCHOR=0).'
+        : `Anchor: gardener machine-controller-manager ${anchorVersion} and its provider machine-controller ` +
+          'with our virtual-cloud driver (test/bench/anchor).'),
     '',
     'Each run: a fresh etcd + kube-apiserver (no kwok, no kube-controller-manager: nodes stay as ' +
       "registered), gardener's sample MachineDeployment (maxSurge 1, maxUnavailable 1, " +
@@ -634,10 +689,22 @@ function markdown(results: Result[], anchorVersion: string): string {
       `gardener's default workers (${CONCURRENT_SYNCS} per controller, ${MACHINE_CONCURRENT_SYNCS} machine workers), ` +
       'no leader election. API requests: counted by kube-apiserver (audit log, one record per ' +
       'request received) for everything the implementation sends, VM (Node) calls of the virtual ' +
-      'cloud included; per machine: from the scale until the implementation has sent nothing for ' +
-      `${QUIET_MS / 1000} s (work goes on after the machines are Running), and CPU ms/machine over the ` +
-      'same span; at rest: the next ' +
-      `${AT_REST_SECONDS} s. Peak RSS: VmHWM, summed over the processes (anchor: 2). CPU: utime+stime.`,
+      'cloud included.',
+    '',
+    'How the figures are counted, by the same code for both sides:',
+    '',
+    '- 0→N: from the scale to N until N machines exist, all Running, seen in a watch event.',
+    '- N→0: from the scale to 0 until no machine and no VM (Node of the virtual cloud) is left, seen ' +
+      'in a watch event.',
+    '- rolling update: from the patch until N machines exist, all of the new class, Running and not ' +
+      'being deleted, and the MachineDeployment reports N replicas, N updated and N available for its ' +
+      'current generation, seen in a watch event.',
+    '- s, API requests/s, API requests/machine and CPU ms/machine of a change: taken at that moment.',
+    `- "after …: s until quiet": from that moment to the implementation's last request before ${QUIET_MS / 1000} s ` +
+      `without one ("> ${SETTLE_MAX_MS / 1000}": not quiet within ${SETTLE_MAX_MS / 1000} s); "API requests until ` +
+      'quiet": the requests in that span, a total, never per machine. The next change starts after it.',
+    `- at rest: the ${AT_REST_SECONDS} s after 0→N fell quiet.`,
+    '- peak RSS: VmHWM, summed over the processes (anchor: 2). CPU: utime+stime.',
     '',
     `| ${HEADER.join(' | ')} |`,
     `| ${HEADER.map((_, i) => (i < 2 ? '---' : '---:')).join(' | ')} |`,
@@ -649,11 +716,16 @@ function markdown(results: Result[], anchorVersion: string): string {
   if (pick !== undefined) {
     const at = `${pick.n} machines @ ${pick.setting.qps}/${pick.setting.burst}`;
     lines.push(
-      ...sideBySide(`Requests per machine during 0→N by client (${at})`, 'client', pick, 'upClients'),
+      ...sideBySide(
+        `Requests per machine during 0→N, until all N Running, by client (${at})`,
+        'client',
+        pick,
+        'upClients',
+      ),
     );
     lines.push(
       ...sideBySide(
-        `Requests per machine during 0→N by verb and resource (${at})`,
+        `Requests per machine during 0→N, until all N Running, by verb and resource (${at})`,
         'request',
         pick,
         'upBreakdown',
@@ -737,7 +809,7 @@ export async function benchScale(): Promise<void> {
   // MCM_BENCH_SCALE_ANCHOR=0: our side only (the anchor's columns show –).
   const withAnchor = process.env.MCM_BENCH_SCALE_ANCHOR !== '0';
   if (withAnchor) ensureAnchor();
-  const anchorVersion = withAnchor ? readToolVersions().MCM_ANCHOR_VERSION : 'not run';
+  const anchorVersion = withAnchor ? readToolVersions().MCM_ANCHOR_VERSION : NOT_RUN;
   const auditDir = mkdtempSync(path.join(os.tmpdir(), 'mcm-scale-'));
   const results: Result[] = [];
   try {
