@@ -21,6 +21,7 @@ import { RealClock, type Clock } from './kube/clock.js';
 import { NotFoundError, errorMessage, isTransient } from './kube/errors.js';
 import { KubeEventRecorder, type EventRecorder } from './kube/events.js';
 import { LeaderElector } from './kube/leaderelection.js';
+import { LeaseFence } from './kube/fence.js';
 import { ObservabilityServer, readiness } from './observability/http.js';
 import type { Logger } from './observability/logger.js';
 import { newRegistry } from './observability/metrics.js';
@@ -42,6 +43,14 @@ const CLOUD_CLIENT_QPS = 1000;
 const CLOUD_CLIENT_BURST = 1000;
 /** The API-server probes send two requests every few seconds at most. */
 const PROBE_CLIENT_QPS = 5;
+/**
+ * The Lease client: a GET and an update per retry period. Its own budget, so a renewal never
+ * waits behind the controllers' requests (a leader must not lose its Lease to its own backlog).
+ */
+const LEASE_CLIENT_QPS = 5;
+const LEASE_CLIENT_BURST = 10;
+/** How long the controllers may take to stop once leadership is lost, before the process exits. */
+const LOST_LEADERSHIP_STOP_MS = 500;
 
 export interface ManagerDeps {
   logger: Logger;
@@ -89,6 +98,12 @@ export class Manager {
   readonly registry: Registry;
   readonly client: KubeClient;
   readonly target: KubeClient | undefined;
+  /** The autoscaler server's writes: a budget of their own, never queued behind reconciles. */
+  private readonly autoscalerClient: KubeClient;
+  /** Leader election's Lease reads and writes (the only writes the fence does not guard). */
+  private readonly leaseClient: KubeClient;
+  /** Closed unless this process holds the leader Lease (undefined without leader election). */
+  private readonly fence: LeaseFence | undefined;
   private readonly cloudControl: KubeClient;
   private readonly cloudTarget: KubeClient | undefined;
   private readonly probeControl: KubeClient;
@@ -122,7 +137,9 @@ export class Manager {
     this.clock = deps.clock ?? new RealClock();
     this.log = deps.logger;
     const control = deps.controlKubeConfig ?? loadKubeConfig(config.controlKubeconfig);
+    this.fence = config.leaderElect ? new LeaseFence(this.clock) : undefined;
     const clientOpts = {
+      fence: this.fence,
       qps: config.kubeApiQps,
       burst: config.kubeApiBurst,
       registry: this.registry,
@@ -143,6 +160,17 @@ export class Manager {
       targetConfig === undefined
         ? undefined
         : new KubeClient({ kubeConfig: targetConfig, name: 'target', ...clientOpts });
+    this.autoscalerClient = new KubeClient({ kubeConfig: control, name: 'autoscaler', ...clientOpts });
+    this.leaseClient = new KubeClient({
+      kubeConfig: control,
+      name: 'lease',
+      qps: LEASE_CLIENT_QPS,
+      burst: LEASE_CLIENT_BURST,
+      registry: this.registry,
+      clock: this.clock,
+      userAgent: `${deps.userAgent ?? 'machine-controller-manager-ts'}/leader-election`,
+      logger: this.log,
+    });
     this.providers = deps.providers ?? defaultProviders();
     const cloudClient = (kubeConfig: KubeConfigSource, side: string): KubeClient => {
       const c = new KubeClient({
@@ -154,6 +182,8 @@ export class Manager {
         userAgent: `${deps.userAgent ?? 'machine-controller-manager-ts'}/provider-${side}`,
         name: `cloud-${side}`,
         logger: this.log,
+        // A virtual VM is a write to this API: it must not outlive leadership either.
+        fence: this.fence,
       });
       this.cloudClients.push(c);
       return c;
@@ -225,18 +255,17 @@ export class Manager {
     // at once, and read-only servers can answer from them on every replica.
     await this.startInformers();
     if (this.stopping) return;
-    // The autoscaler server runs on every replica too: it reads the caches and its writes are
-    // conditional, so any replica behind the Service may answer.
-    await this.startGrpc();
-    if (this.isStopping()) return;
     if (!this.config.leaderElect) {
+      await this.startGrpc();
+      if (this.isStopping()) return;
       this.runControllers();
       return;
     }
     this.electionAbort = new AbortController();
     const recorder = this.recorderFor(EventSource.MachineControllerManager);
     const elector = new LeaderElector({
-      client: this.client,
+      client: this.leaseClient,
+      fence: this.fence,
       namespace: this.config.namespace,
       name: this.config.leaderElectResourceName,
       leaseDurationMs: this.config.leaderElectLeaseDurationMs,
@@ -253,15 +282,28 @@ export class Manager {
         } catch (err) {
           this.log.error('starting controllers failed', { err });
           this.deps.onLeadershipLost?.();
+          return;
         }
+        // Only the leader serves the autoscaler: a standby's view may be stale and its writes are
+        // fenced, so it does not listen at all and the autoscaler's connection lands on the leader.
+        this.startGrpc().catch((err: unknown) => {
+          this.log.error('starting the externalgrpc server failed', { err });
+          this.deps.onLeadershipLost?.();
+        });
       },
       onStoppedLeading: () => {
         this.leading = false;
         if (this.stopping) return;
-        // Losing the lease means another replica may already act: stop at once, then let the
-        // process exit (as MCM does) so it restarts as a clean candidate.
+        // Losing the lease means another replica may already act. No write leaves any more (the
+        // fence is closed); give the controllers a moment to wind down, then let the process exit
+        // (as MCM does) so it restarts as a clean candidate.
         this.log.error('leadership lost, stopping controllers');
-        void this.stopControllers().finally(() => this.deps.onLeadershipLost?.());
+        const stopped = Promise.all([this.grpc?.stop(0), this.stopControllers()]);
+        void Promise.race([stopped, this.clock.sleep(LOST_LEADERSHIP_STOP_MS)])
+          .catch((err: unknown) => {
+            this.log.warn('stopping after the loss of leadership failed', { err });
+          })
+          .finally(() => this.deps.onLeadershipLost?.());
       },
     });
     this.election = elector.run(this.electionAbort.signal);
@@ -310,6 +352,7 @@ export class Manager {
       clock: this.clock,
       logger: this.log,
       registry: this.registry,
+      fence: this.fence,
     });
     informers.start();
     await informers.waitForSync();
@@ -319,7 +362,8 @@ export class Manager {
 
   private async startGrpc(): Promise<void> {
     const c = this.config;
-    if (c.grpcAddress === '' || this.informers === undefined) return;
+    if (c.grpcAddress === '' || this.informers === undefined || this.grpc !== undefined || this.stopping)
+      return;
     this.grpc = new AutoscalerServer({
       address: c.grpcAddress,
       tls: c.grpcInsecure
@@ -329,13 +373,15 @@ export class Manager {
       gpuLabel: c.autoscalerGpuLabel,
       gpuTypes: c.autoscalerGpuTypes,
       namespace: c.namespace,
-      client: this.client,
+      client: this.autoscalerClient,
+      fence: this.fence,
       informers: this.informers,
       clock: this.clock,
       logger: this.log,
       registry: this.registry,
       unhealthy: () => {
         if (!this.synced) return 'caches are not synced';
+        if (this.fence?.allowed() === false) return 'this replica does not hold the leader Lease';
         if (this.safety?.isFrozen() === true) {
           return 'machine reconciliation is frozen: an API server has been unreachable longer than --machine-safety-apiserver-statuscheck-timeout';
         }
@@ -456,16 +502,20 @@ export class Manager {
     this.log.info('shutting down');
     await this.grpc?.stop();
     await this.stopControllers();
+    // Events still queued are sent while this process may write.
+    await Promise.all(this.recorders.map((r) => r.stop()));
     // Releases the Lease (releaseOnCancel) so a standby replica takes over at once.
     this.electionAbort?.abort();
     await this.election;
+    this.fence?.revoke('the manager stopped');
     await this.informers?.stop();
     this.informers = undefined;
     this.synced = false;
-    await Promise.all(this.recorders.map((r) => r.stop()));
     await this.server.close();
     this.client.close();
     this.target?.close();
+    this.autoscalerClient.close();
+    this.leaseClient.close();
     for (const c of this.cloudClients) c.close();
   }
 }

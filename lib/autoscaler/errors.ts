@@ -20,3 +20,5 @@ export const failedPrecondition = (m: string): GrpcStatusError =>
 export const unavailable = (m: string, options?: ErrorOptions): GrpcStatusError =>
   new GrpcStatusError(status.UNAVAILABLE, m, options);
 export const unimplemented = (m: string): GrpcStatusError => new GrpcStatusError(status.UNIMPLEMENTED, m);
+export const deadlineExceeded = (m: string, options?: ErrorOptions): GrpcStatusError =>
+  new GrpcStatusError(status.DEADLINE_EXCEEDED, m, options);

@@ -21,12 +21,14 @@ import { MachineDeploymentResource, type MachineDeployment } from '../api/types.
 import type { SharedInformers } from '../controllers/context.js';
 import type { KubeApi } from '../kube/client.js';
 import type { Clock } from '../kube/clock.js';
-import { errorMessage, isConflict, isNotFound } from '../kube/errors.js';
+import { FencedError, errorMessage, isConflict, isNotFound } from '../kube/errors.js';
+import type { WriteFence } from '../kube/fence.js';
 import type { DeepReadonly } from '../kube/informer.js';
 import type { Logger } from '../observability/logger.js';
 import type { Registry } from '../observability/metrics.js';
 import {
   GrpcStatusError,
+  deadlineExceeded,
   failedPrecondition,
   invalidArgument,
   notFound,
@@ -58,7 +60,10 @@ export interface AutoscalerServerOptions {
   gpuLabel: string;
   gpuTypes: readonly string[];
   namespace: string;
+  /** Writes scaling changes: a client with a budget of its own, guarded by the fence. */
   client: KubeApi;
+  /** Closed unless this replica holds the leader Lease; undefined without leader election. */
+  fence?: WriteFence | undefined;
   informers: SharedInformers;
   clock: Clock;
   logger: Logger;
@@ -79,8 +84,8 @@ type Handler = (req: Record<string, unknown>, deadline: number) => unknown;
 const str = (v: unknown): string => (typeof v === 'string' ? v : '');
 const num = (v: unknown): number => (typeof v === 'number' ? v : Number.NaN);
 
-/** Conflict retries of one scaling write before the call fails with UNAVAILABLE. */
-const MAX_WRITE_ATTEMPTS = 5;
+/** Waits between conflict retries of one scaling write (each re-reads the deployment first). */
+const CONFLICT_RETRY_MS = 50;
 
 /**
  * The answer to every NodeGroupGetOptions call, built once: the autoscaler asks for every node in
@@ -327,15 +332,32 @@ export class AutoscalerServer {
 
   // ---- writes ---------------------------------------------------------------------------------
 
-  /** Runs fn with the group's lock held: scaling calls of one group never interleave. */
-  private async locked<T>(groupId: string, fn: () => Promise<T>): Promise<T> {
+  /**
+   * Runs fn with the group's lock held: scaling calls of one group never interleave. A call whose
+   * deadline passes while it waits for the lock gives up without running fn.
+   */
+  private async locked<T>(groupId: string, deadline: number, fn: () => Promise<T>): Promise<T> {
     const previous = this.locks.get(groupId) ?? Promise.resolve();
     let release!: () => void;
     const mine = new Promise<void>((r) => (release = r));
     const chain = previous.then(() => mine);
     this.locks.set(groupId, chain);
-    await previous;
     try {
+      const wait = deadline - this.opts.clock.now();
+      const timer = new AbortController();
+      const gotLock = await Promise.race([
+        previous.then(() => true),
+        this.opts.clock.sleep(Math.max(0, wait), timer.signal).then(
+          () => false,
+          () => false,
+        ),
+      ]);
+      timer.abort();
+      if (!gotLock) {
+        throw deadlineExceeded(
+          `node group ${groupId}: the call's deadline passed while an earlier scaling call of the group was running; nothing was changed`,
+        );
+      }
       return await fn();
     } finally {
       release();
@@ -343,9 +365,29 @@ export class AutoscalerServer {
     }
   }
 
+  /** Refuses a write that may not happen: this replica is not the leader, or the deadline passed. */
+  private mayWrite(groupId: string, deadline: number): void {
+    if (this.opts.fence?.allowed() === false) {
+      throw unavailable(
+        `this replica does not hold the leader Lease; node group ${groupId} was not changed (retry: the leader serves it)`,
+      );
+    }
+    if (this.opts.clock.now() >= deadline) {
+      throw deadlineExceeded(`node group ${groupId}: the call's deadline passed; nothing was changed`);
+    }
+  }
+
+  /** A signal that aborts at the call's deadline or when this replica may no longer write. */
+  private writeSignal(deadline: number): AbortSignal {
+    const timeout = AbortSignal.timeout(Math.max(1, deadline - this.opts.clock.now()));
+    return this.opts.fence === undefined ? timeout : AbortSignal.any([timeout, this.opts.fence.signal]);
+  }
+
   /**
-   * Plans against the freshest deployment and writes it conditionally (resourceVersion), re-planning
-   * on a conflict. One write per call: replicas and the annotation change together or not at all.
+   * Plans against the freshest deployment and writes it conditionally (resourceVersion), re-reading
+   * and re-planning on a conflict until the call's deadline. One write per call: replicas and the
+   * annotation change together or not at all. Nothing is written once the deadline has passed or
+   * the replica lost its leadership; such a call answers DEADLINE_EXCEEDED or UNAVAILABLE.
    */
   private async write(
     id: string,
@@ -356,12 +398,14 @@ export class AutoscalerServer {
     ) => { patch: Record<string, unknown> | undefined; describe: string },
   ): Promise<unknown> {
     const first = this.groupOrThrow(id);
-    return this.locked(first.group.id, async () => {
+    this.mayWrite(first.group.id, deadline);
+    return this.locked(first.group.id, deadline, async () => {
       let mcd = this.lookup.deployment(first.group) ?? first.mcd;
-      for (let attempt = 1; ; attempt++) {
+      for (;;) {
         const group = this.lookup.group(first.group.id) ?? first.group;
         const { patch, describe } = plan(group, mcd);
         if (patch === undefined) return {};
+        this.mayWrite(group.id, deadline);
         const body = {
           ...patch,
           metadata: {
@@ -374,10 +418,7 @@ export class AutoscalerServer {
             MachineDeploymentResource,
             group.name,
             body,
-            {
-              type: 'merge',
-              namespace: group.namespace,
-            },
+            { type: 'merge', namespace: group.namespace, signal: this.writeSignal(deadline) },
           );
           this.lookup.wrote(group, written);
           this.log.info('scaled node group', {
@@ -388,19 +429,45 @@ export class AutoscalerServer {
           return {};
         } catch (err) {
           if (isNotFound(err)) throw notFound(`machine deployment ${group.id} no longer exists`);
-          if (!isConflict(err) || attempt >= MAX_WRITE_ATTEMPTS || this.opts.clock.now() > deadline) {
-            throw unavailable(`updating machine deployment ${group.id} failed: ${errorMessage(err)}`, {
-              cause: err,
-            });
+          if (!isConflict(err)) throw this.writeFailed(group.id, deadline, err);
+          // Another writer changed the deployment: re-read it and decide again, within the deadline.
+          this.log.debug('scaling write conflicted, re-reading the deployment', { group: group.id });
+          try {
+            await this.opts.clock.sleep(
+              Math.min(CONFLICT_RETRY_MS, Math.max(0, deadline - this.opts.clock.now())),
+            );
+            this.mayWrite(group.id, deadline);
+            mcd = await this.opts.client.get<MachineDeployment>(
+              MachineDeploymentResource,
+              group.name,
+              group.namespace,
+              this.writeSignal(deadline),
+            );
+          } catch (readErr) {
+            if (readErr instanceof GrpcStatusError) throw readErr;
+            if (isNotFound(readErr)) throw notFound(`machine deployment ${group.id} no longer exists`);
+            throw this.writeFailed(group.id, deadline, readErr);
           }
-          mcd = await this.opts.client.get<MachineDeployment>(
-            MachineDeploymentResource,
-            group.name,
-            group.namespace,
-          );
         }
       }
     });
+  }
+
+  /** The answer for a scaling write that failed: why, in the autoscaler's terms. */
+  private writeFailed(groupId: string, deadline: number, err: unknown): GrpcStatusError {
+    if (err instanceof FencedError) {
+      return unavailable(
+        `this replica lost the leader Lease; node group ${groupId} was not changed (retry: the new leader serves it)`,
+        { cause: err },
+      );
+    }
+    if (this.opts.clock.now() >= deadline) {
+      return deadlineExceeded(
+        `node group ${groupId}: the call's deadline passed before the change was written (it may still land if the request had reached the API server)`,
+        { cause: err },
+      );
+    }
+    return unavailable(`updating machine deployment ${groupId} failed: ${errorMessage(err)}`, { cause: err });
   }
 
   private async increaseSize(id: string, delta: number, deadline: number): Promise<unknown> {

@@ -5,8 +5,10 @@ import type { KubeApi } from '../kube/client.js';
 import type { Clock } from '../kube/clock.js';
 import type { Informer, Lister } from '../kube/informer.js';
 import type { Node } from '../kube/types.js';
+import type { WriteFence } from '../kube/fence.js';
 import type { Logger } from '../observability/logger.js';
 import type { Driver } from './driver.js';
+import { fenceDriver } from './fence.js';
 import { instrumentDriver } from './metrics.js';
 
 /** The manager's caches of the control namespace's machine objects, shared and read only. */
@@ -35,6 +37,11 @@ export interface ProviderContext {
   clock: Clock;
   logger: Logger;
   registry: Registry;
+  /**
+   * Closed unless this process holds the leader Lease (undefined without leader election). The
+   * registry guards every mutating driver call with it; providers that write elsewhere check it too.
+   */
+  fence?: WriteFence | undefined;
 }
 
 /** A VM as its provider's own inventory records it: enough to find its machine and delete it. */
@@ -96,7 +103,9 @@ export class ProviderRegistry {
     for (const [name, factory] of this.factories) {
       if (this.providers.has(name)) continue;
       const provider = factory(ctx);
-      this.providers.set(name, { provider, driver: instrumentDriver(name, provider.driver, ctx.registry) });
+      const driver =
+        ctx.fence === undefined ? provider.driver : fenceDriver(name, provider.driver, ctx.fence);
+      this.providers.set(name, { provider, driver: instrumentDriver(name, driver, ctx.registry) });
     }
   }
 

@@ -10,6 +10,7 @@ import type { KubeList, KubeObject, Scale } from './types.js';
 import { RealClock, type Clock, type TimerHandle } from './clock.js';
 import {
   AbortedError,
+  FencedError,
   KubeApiError,
   TimeoutError,
   UnavailableError,
@@ -18,6 +19,7 @@ import {
 } from './errors.js';
 import { ClientCredentials } from './credentials.js';
 import { OutageLog } from './outage.js';
+import type { WriteFence } from './fence.js';
 import { TokenBucket } from './ratelimit.js';
 import { CoreResources, resourceLabel, resourcePath, type ResourceType } from './resources.js';
 
@@ -102,6 +104,11 @@ export interface KubeClientOptions {
    * outage log lines, since several clients may share a server and a user agent.
    */
   name?: string;
+  /**
+   * When set, no write (any method but GET) leaves the client unless the fence allows it at the
+   * moment it is sent, and writes waiting for a token or in flight are cancelled when it closes.
+   */
+  fence?: WriteFence | undefined;
   clock?: Clock;
   /** Timeout for non-watch requests. */
   requestTimeoutMs?: number;
@@ -372,14 +379,30 @@ export class KubeClient implements KubeApi {
     if (spec.signal?.aborted === true) {
       throw new AbortedError(`${spec.method} ${spec.path}: aborted`, 0, 'Aborted');
     }
+    const fence = spec.method === 'GET' ? undefined : this.opts.fence;
+    const what = `${spec.method} ${spec.path}`;
+    fence?.check(what);
+    const signal =
+      fence === undefined
+        ? spec.signal
+        : spec.signal === undefined
+          ? fence.signal
+          : AbortSignal.any([spec.signal, fence.signal]);
     const bucket = spec.path.startsWith(MACHINE_API_PREFIX) ? this.machineBucket : this.coreBucket;
-    await bucket.take(spec.signal);
+    try {
+      await bucket.take(signal);
+    } catch (err) {
+      fence?.check(what);
+      throw err;
+    }
     const agent = await this.getAgent();
     const headers: Record<string, string> = {
       Accept: 'application/json',
       'User-Agent': this.userAgent,
       ...(await this.credentials.headers()),
     };
+    // Checked again as late as possible: the token wait may have outlived the right to write.
+    fence?.check(what);
     let payload: string | undefined;
     if (spec.body !== undefined) {
       payload = typeof spec.body === 'string' ? spec.body : JSON.stringify(spec.body);
@@ -389,11 +412,18 @@ export class KubeClient implements KubeApi {
     const url = this.buildUrl(spec.path, spec.query);
     const lib = url.protocol === 'https:' ? https : http;
     const response = new Promise<http.IncomingMessage>((resolve, reject) => {
-      const req = lib.request(url, { method: spec.method, headers, agent, signal: spec.signal }, (res) => {
+      const req = lib.request(url, { method: spec.method, headers, agent, signal }, (res) => {
         // A watch may legitimately be quiet for minutes; its own idle watchdog takes over.
         if (streaming) req.setTimeout(0);
         resolve(res);
       });
+      if (fence !== undefined) {
+        // The socket comes a tick later: a process frozen in between must not send on resume.
+        req.once('socket', () => {
+          if (!fence.allowed())
+            req.destroy(new FencedError(`${what}: refused, the write fence closed`, 0, 'Fenced'));
+        });
+      }
       req.setTimeout(timeoutMs, () => {
         req.destroy(
           new TimeoutError(`${spec.method} ${spec.path}: client timeout after ${timeoutMs} ms`, 0, 'Timeout'),
@@ -401,7 +431,13 @@ export class KubeClient implements KubeApi {
       });
       req.on('error', (err) => {
         if (err instanceof KubeApiError) reject(err);
-        else if (err.name === 'AbortError' || spec.signal?.aborted === true) {
+        else if (fence?.signal.aborted === true && spec.signal?.aborted !== true) {
+          reject(
+            new FencedError(`${what}: cancelled, the write fence closed`, 0, 'Fenced', undefined, {
+              cause: err,
+            }),
+          );
+        } else if (err.name === 'AbortError' || signal?.aborted === true) {
           reject(
             new AbortedError(`${spec.method} ${spec.path}: aborted`, 0, 'Aborted', undefined, { cause: err }),
           );

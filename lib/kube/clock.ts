@@ -9,6 +9,12 @@ export interface TimerHandle {
 export interface Clock {
   /** Milliseconds since the epoch. */
   now(): number;
+  /**
+   * Milliseconds on a monotonic clock (arbitrary origin): never jumps with wall-clock changes and
+   * keeps counting while the process is stopped, so "how long since" questions about leadership
+   * are answered from it.
+   */
+  monotonic(): number;
   /** Runs fn once after ms milliseconds unless cancelled. */
   setTimeout(fn: () => void, ms: number): TimerHandle;
   /** Resolves after ms milliseconds, or rejects with the signal's reason when it aborts first. */
@@ -23,6 +29,10 @@ function abortReason(signal: AbortSignal): Error {
 export class RealClock implements Clock {
   now(): number {
     return Date.now();
+  }
+
+  monotonic(): number {
+    return performance.now();
   }
 
   setTimeout(fn: () => void, ms: number): TimerHandle {
@@ -78,6 +88,11 @@ export class FakeClock implements Clock {
   }
 
   now(): number {
+    return this.current;
+  }
+
+  /** Moves with now() (advance() is the only way time passes here). */
+  monotonic(): number {
     return this.current;
   }
 

@@ -71,6 +71,13 @@ export class UnavailableError extends KubeApiError {
 export class AbortedError extends KubeApiError {
   override name = 'AbortedError';
 }
+/**
+ * A write refused, or cancelled in flight, because this process may no longer write: its leader
+ * Lease was lost or not renewed within the renew deadline (see fence.ts). Never sent again.
+ */
+export class FencedError extends AbortedError {
+  override name = 'FencedError';
+}
 /** A watch stream sent nothing (not even a bookmark) for longer than the idle limit. */
 export class WatchStalledError extends KubeApiError {
   override name = 'WatchStalledError';

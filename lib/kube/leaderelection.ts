@@ -9,6 +9,7 @@ import type { KubeApi } from './client.js';
 import { RealClock, type Clock } from './clock.js';
 import { isAlreadyExists, isConflict, isNotFound } from './errors.js';
 import type { EventRecorder } from './events.js';
+import type { LeaseFence } from './fence.js';
 import { CoreResources } from './resources.js';
 
 export interface LeaderElectionOptions {
@@ -23,6 +24,11 @@ export interface LeaderElectionOptions {
   retryPeriodMs?: number;
   /** Give the Lease up when run() is cancelled, so another candidate takes over at once. */
   releaseOnCancel?: boolean;
+  /**
+   * Granted for the renew deadline after each successful acquisition or renewal (from when it was
+   * sent, on the monotonic clock), revoked when leadership ends: the process's writers check it.
+   */
+  fence?: LeaseFence | undefined;
   clock?: Clock;
   logger: Logger;
   registry?: Registry;
@@ -69,6 +75,8 @@ export class LeaderElector {
   private observed: { record: string; at: number; lease: Lease } | undefined;
   private leading = false;
   private lastLeader = '';
+  /** Monotonic time at which the last successful acquisition or renewal was sent. */
+  private provedAt = 0;
 
   constructor(private readonly opts: LeaderElectionOptions) {
     this.identity = opts.identity ?? defaultIdentity();
@@ -125,6 +133,8 @@ export class LeaderElector {
       this.log.error('onStartedLeading failed', { err });
     }
     await this.renewLoop(signal);
+    // No write may leave from here on, before another candidate can take the Lease.
+    this.opts.fence?.revoke(signal.aborted ? 'leadership was given up' : 'leadership was lost');
     this.setLeading(false);
     leaderAbort.abort();
     if (signal.aborted && this.opts.releaseOnCancel !== false) await this.release();
@@ -160,7 +170,10 @@ export class LeaderElector {
   private async acquire(signal: AbortSignal): Promise<boolean> {
     this.log.info('attempting to acquire leader lease');
     while (!signal.aborted) {
-      if (await this.tryAcquireOrRenew(signal)) return true;
+      if (await this.tryAcquireOrRenew(signal)) {
+        this.opts.fence?.grant(this.provedAt, this.renewDeadline);
+        return true;
+      }
       // Retry every (jittered) retry period, but wake up right when the current holder's lease
       // runs out so that a crashed leader is replaced without an extra period of waiting.
       let delay = this.retryPeriod * (1 + 0.2 * Math.random());
@@ -172,7 +185,8 @@ export class LeaderElector {
   }
 
   private async renewLoop(signal: AbortSignal): Promise<void> {
-    let lastRenew = this.clock.now();
+    // Measured on the monotonic clock, like the fence: a wall-clock jump neither ends nor extends it.
+    let lastRenew = this.provedAt;
     while (!signal.aborted) {
       if (!(await this.sleep(this.retryPeriod, signal))) return;
       let ok = false;
@@ -182,11 +196,15 @@ export class LeaderElector {
       } catch (err) {
         this.log.warn('renewing the lease failed', { err });
       }
-      const now = this.clock.now();
+      const now = this.clock.monotonic();
       if (ok) {
-        lastRenew = now;
+        lastRenew = this.provedAt;
+        this.opts.fence?.grant(this.provedAt, this.renewDeadline);
       } else if (now - lastRenew >= this.renewDeadline || this.observedHolder() !== this.identity) {
-        this.log.error('leadership lost', { lastRenewMsAgo: now - lastRenew, holder: this.observedHolder() });
+        this.log.error('leadership lost', {
+          lastRenewMsAgo: Math.round(now - lastRenew),
+          holder: this.observedHolder(),
+        });
         return;
       }
     }
@@ -223,6 +241,9 @@ export class LeaderElector {
 
   /** One attempt; true when we hold the Lease afterwards. Errors count as "not acquired". */
   private async tryAcquireOrRenew(signal?: AbortSignal): Promise<boolean> {
+    // Leadership is proved from when the attempt started: the Lease it writes can only look fresher
+    // to the other candidates, who time it from when they observe the change.
+    const startedAt = this.clock.monotonic();
     const now = this.clock.now();
     const leaseSeconds = Math.ceil(this.leaseDuration / 1000);
     let current: Lease;
@@ -253,6 +274,7 @@ export class LeaderElector {
       try {
         const created = await this.opts.client.create(CoreResources.leases, lease, signal ? { signal } : {});
         this.observe(created);
+        this.provedAt = startedAt;
         return true;
       } catch (createErr) {
         if (!isAlreadyExists(createErr)) this.log.debug('creating the lease failed', { err: createErr });
@@ -279,6 +301,7 @@ export class LeaderElector {
     try {
       const updated = await this.opts.client.update(CoreResources.leases, next, signal ? { signal } : {});
       this.observe(updated);
+      this.provedAt = startedAt;
       return true;
     } catch (err) {
       if (!isConflict(err)) this.log.debug('updating the lease failed', { err });

@@ -85,11 +85,13 @@ describe(`chaos 6: cluster-autoscaler ${version} scaling during a rollout`, func
     );
     await e.waitConverged('s6', 120_000);
     await until('pods running', async () => (await running()) === initial, 120_000);
-    // Replica a serves the autoscaler; replica b may be the leader: any replica answers.
+    // Only the leader serves the autoscaler (a standby does not listen); no leader is killed in
+    // this scenario, so the autoscaler talks to the leader's port.
+    const leader = await e.leader();
     ca = await startAutoscaler({
       version,
       controlPlane: e.lc.cp,
-      address: `127.0.0.1:${grpcPorts[0] ?? 0}`,
+      address: `127.0.0.1:${grpcPorts[e.replicas.indexOf(leader)] ?? 0}`,
       tls: { certFile: tls.clientCertFile, keyFile: tls.clientKeyFile, caFile: tls.caFile },
       grpcTimeout: '10s',
     });

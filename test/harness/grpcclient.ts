@@ -17,7 +17,12 @@ import { repoRoot } from './tools.js';
 export type Rpc = (req?: Record<string, unknown>) => Promise<Record<string, unknown>>;
 
 export interface CloudProviderClient {
-  call(method: string, req?: Record<string, unknown>): Promise<Record<string, unknown>>;
+  /** One call; `deadlineMs` is its gRPC deadline from now (default 10 s), as the autoscaler's grpc_timeout. */
+  call(
+    method: string,
+    req?: Record<string, unknown>,
+    opts?: { deadlineMs?: number },
+  ): Promise<Record<string, unknown>>;
   close(): void;
 }
 
@@ -52,14 +57,14 @@ export function cloudProviderClient(
       ) => void
     >;
   return {
-    call: (method, req = {}) =>
+    call: (method, req = {}, opts = {}) =>
       new Promise((resolve, reject) => {
         const fn = client[method];
         if (typeof fn !== 'function') {
           reject(new Error(`no method ${method}`));
           return;
         }
-        fn.call(client, req, { deadline: Date.now() + 10_000 }, (err, res) => {
+        fn.call(client, req, { deadline: Date.now() + (opts.deadlineMs ?? 10_000) }, (err, res) => {
           err === null ? resolve(res) : reject(err);
         });
       }),

@@ -111,6 +111,14 @@ export interface ProxiedRequest {
   method: string;
   path: string;
   watch: boolean;
+  userAgent: string;
+  /** When it reached the proxy (Date.now()). */
+  at: number;
+  /**
+   * When the proxy sent it on to the apiserver; undefined while held by a stall, and for ever
+   * when its client gave up first (the apiserver never saw it).
+   */
+  forwardedAt?: number;
 }
 
 /**
@@ -124,6 +132,10 @@ export class HttpFaultProxy {
   private fault: WatchFault = 'none';
   /** Watch streams being forwarded, so that a new fault also ends the ones already open. */
   private readonly openWatches = new Set<() => void>();
+  /** While stalled: requests held back, and responses being streamed (paused). */
+  private stalled = false;
+  private readonly held: (() => void)[] = [];
+  private readonly streaming = new Set<http.IncomingMessage>();
   readonly requests: ProxiedRequest[] = [];
   port = 0;
 
@@ -150,6 +162,22 @@ export class HttpFaultProxy {
     for (const end of [...this.openWatches]) end();
   }
 
+  /**
+   * Stalls the connection like a network that stops delivering: new requests are held (not sent
+   * on), and responses in progress stop. Nothing is closed.
+   */
+  stall(): void {
+    this.stalled = true;
+    for (const up of this.streaming) up.pause();
+  }
+
+  /** Delivers again: held requests whose client is still waiting are sent on, responses resume. */
+  unstall(): void {
+    this.stalled = false;
+    for (const up of this.streaming) up.resume();
+    for (const send of this.held.splice(0)) send();
+  }
+
   /** Watch streams being forwarded now. */
   watchesOpen(): number {
     return this.openWatches.size;
@@ -164,7 +192,14 @@ export class HttpFaultProxy {
   private handle(req: http.IncomingMessage, res: http.ServerResponse): void {
     const url = new URL(req.url ?? '/', 'http://proxy');
     const watch = ['true', '1'].includes(url.searchParams.get('watch') ?? '');
-    this.requests.push({ method: req.method ?? '', path: url.pathname, watch });
+    const record: ProxiedRequest = {
+      method: req.method ?? '',
+      path: url.pathname,
+      watch,
+      userAgent: req.headers['user-agent'] ?? '',
+      at: Date.now(),
+    };
+    this.requests.push(record);
     if (watch && this.fault === 'gone') {
       const status = {
         kind: 'Status',
@@ -184,6 +219,27 @@ export class HttpFaultProxy {
       res.end();
       return;
     }
+    // The body is read in full before anything goes upstream, so a held request is sent whole or
+    // not at all.
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      const send = (): void => {
+        if (res.destroyed || res.writableEnded || req.socket.destroyed) return;
+        this.forward(req, res, record, Buffer.concat(chunks));
+      };
+      if (this.stalled) this.held.push(send);
+      else send();
+    });
+  }
+
+  private forward(
+    req: http.IncomingMessage,
+    res: http.ServerResponse,
+    record: ProxiedRequest,
+    body: Buffer,
+  ): void {
+    record.forwardedAt = Date.now();
     const upstream = https.request(
       {
         host: this.target.hostname,
@@ -194,9 +250,12 @@ export class HttpFaultProxy {
         ca: this.ca,
       },
       (up) => {
+        this.streaming.add(up);
+        up.on('close', () => this.streaming.delete(up));
+        if (this.stalled) up.pause();
         res.writeHead(up.statusCode ?? 502, up.headers);
         up.pipe(res);
-        if (!watch) return;
+        if (!record.watch) return;
         const end = (): void => {
           this.openWatches.delete(end);
           up.unpipe(res);
@@ -209,7 +268,7 @@ export class HttpFaultProxy {
     );
     upstream.on('error', () => res.destroy());
     res.on('close', () => upstream.destroy());
-    req.pipe(upstream);
+    upstream.end(body);
   }
 
   async stop(): Promise<void> {

@@ -1,4 +1,5 @@
 import http from 'node:http';
+import net from 'node:net';
 
 import { expect } from 'chai';
 
@@ -14,6 +15,8 @@ import { KubeClient } from '../../lib/kube/client.js';
 import { Manager } from '../../lib/manager.js';
 import { nullLogger } from '../../lib/observability/logger.js';
 import { startControlPlane, type ControlPlane } from '../harness/controlplane.js';
+import { cloudProviderClient } from '../harness/grpcclient.js';
+import { freePort } from '../harness/process.js';
 import { StandInMachineController } from './env/standin.js';
 import { until } from './env/until.js';
 
@@ -73,7 +76,7 @@ describe('manager: two replicas with leader election against a real kube-apiserv
     await (cp as ControlPlane | undefined)?.stop();
   });
 
-  function newManager(): Manager {
+  function newManager(overrides: Partial<ManagerConfig> = {}): Manager {
     const config: ManagerConfig = {
       ...defaultConfig,
       namespace: NS,
@@ -83,6 +86,7 @@ describe('manager: two replicas with leader election against a real kube-apiserv
       leaderElectLeaseDurationMs: 6_000,
       leaderElectRenewDeadlineMs: 4_000,
       leaderElectRetryPeriodMs: 1_000,
+      ...overrides,
     };
     const m = new Manager(config, { logger: nullLogger, controlKubeConfig: cp.kubeConfig });
     managers.push(m);
@@ -137,5 +141,51 @@ describe('manager: two replicas with leader election against a real kube-apiserv
     await client.scale(MachineSetResource, 'ha', NS, 3);
     await until('3 machines from the new leader', async () => (await machines()).length === 3);
     expect((await machines()).length).to.equal(3);
+  });
+
+  it('serves the autoscaler from the leader only: a standby refuses connections, and the new leader serves after a handover', async () => {
+    const ports = [await freePort(), await freePort()];
+    const [a, b] = ports.map((port) =>
+      newManager({
+        leaderElectResourceName: 'mcm-grpc-leader',
+        grpcAddress: `127.0.0.1:${port}`,
+        grpcInsecure: true,
+      }),
+    ) as [Manager, Manager];
+    await a.start();
+    await b.start();
+    await until('one leader', () => a.isLeading() !== b.isLeading());
+    const [leader, standby] = a.isLeading() ? [a, b] : [b, a];
+    const portOf = (m: Manager): number => ports[m === a ? 0 : 1] ?? 0;
+    const accepts = (port: number): Promise<boolean> =>
+      new Promise((resolve) => {
+        const socket = net.connect(port, '127.0.0.1');
+        socket.once('connect', () => {
+          socket.destroy();
+          resolve(true);
+        });
+        socket.once('error', () => {
+          resolve(false);
+        });
+      });
+    await until('the leader serves gRPC', () => accepts(portOf(leader)));
+    const client = cloudProviderClient(`127.0.0.1:${portOf(leader)}`);
+    try {
+      expect(await client.call('NodeGroups')).to.have.property('nodeGroups');
+    } finally {
+      client.close();
+    }
+    expect(await accepts(portOf(standby)), 'the standby does not listen').to.equal(false);
+
+    await leader.stop();
+    await until('the standby leads', () => standby.isLeading(), 15_000);
+    await until('the new leader serves gRPC', () => accepts(portOf(standby)), 15_000);
+    const next = cloudProviderClient(`127.0.0.1:${portOf(standby)}`);
+    try {
+      expect(await next.call('NodeGroups')).to.have.property('nodeGroups');
+    } finally {
+      next.close();
+    }
+    expect(await accepts(portOf(leader)), 'the stopped replica no longer listens').to.equal(false);
   });
 });

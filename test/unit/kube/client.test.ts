@@ -7,8 +7,10 @@ import { expect } from 'chai';
 import type { KubeObject } from '../../../lib/kube/types.js';
 import { KubeClient } from '../../../lib/kube/client.js';
 import { FakeClock } from '../../../lib/kube/clock.js';
+import { LeaseFence } from '../../../lib/kube/fence.js';
 import {
   ConflictError,
+  FencedError,
   NotFoundError,
   TooManyRequestsError,
   WatchStalledError,
@@ -177,6 +179,36 @@ describe('KubeClient (against a stub HTTP server)', () => {
     } finally {
       target.close();
     }
+  });
+
+  it('sends no write while the fence is closed, reads still, and cancels writes queued for a token when it closes', async () => {
+    const fence = new LeaseFence(clock);
+    client = new KubeClient({ kubeConfig: kubeConfig(server.port), clock, qps: 1, burst: 1, fence });
+    server.handler = (_r, res) => {
+      json(res, 200, { metadata: { name: 'n1' } });
+    };
+    const node = { metadata: { name: 'n1' } };
+    // Not leading yet: reads pass, writes never reach the server.
+    await client.get(CoreResources.nodes, 'n1');
+    const refused = await client.create(CoreResources.nodes, node).catch((e: unknown) => e);
+    expect(refused).to.be.instanceOf(FencedError);
+    expect(server.seen.map((r) => r.method)).to.deep.equal(['GET']);
+    // Leading: a write goes out; the next two wait for tokens (1 qps).
+    fence.grant(clock.monotonic(), 10_000);
+    await clock.advance(1000);
+    await client.patch(CoreResources.nodes, 'n1', { spec: {} }, { type: 'merge' });
+    const queued = [
+      client.delete(CoreResources.nodes, 'n1').catch((e: unknown) => e),
+      client.patch(CoreResources.nodes, 'n1', { spec: {} }, { type: 'merge' }).catch((e: unknown) => e),
+    ];
+    await clock.advance(100);
+    fence.revoke('leadership was lost');
+    await clock.advance(5000);
+    for (const err of await Promise.all(queued)) expect(err).to.be.instanceOf(FencedError);
+    expect(
+      server.seen.map((r) => r.method),
+      'the queued writes never left',
+    ).to.deep.equal(['GET', 'PATCH']);
   });
 
   it('retries a 429 after the Retry-After delay the server asked for', async () => {

@@ -4,6 +4,7 @@ import type { Lease } from '../../../lib/kube/types.js';
 import { FakeClock } from '../../../lib/kube/clock.js';
 import { UnavailableError } from '../../../lib/kube/errors.js';
 import { FakeEventRecorder } from '../../../lib/kube/events.js';
+import { LeaseFence } from '../../../lib/kube/fence.js';
 import { LeaderElector, type LeaderElectionOptions } from '../../../lib/kube/leaderelection.js';
 import { CoreResources } from '../../../lib/kube/resources.js';
 import { nullLogger } from '../../../lib/observability/logger.js';
@@ -132,6 +133,37 @@ describe('LeaderElector (fake API, fake clock)', () => {
     expect(await registry.getSingleMetricAsString('leader_election_master_status')).to.contain(
       'name="mcm"} 0',
     );
+  });
+
+  it('grants the write fence on acquisition and each renewal, and closes it before the Lease can be taken over', async () => {
+    const fence = new LeaseFence(clock);
+    const a = candidate('a', { fence, releaseOnCancel: false });
+    expect(fence.allowed(), 'not before the Lease is held').to.equal(false);
+    await clock.advance(1000);
+    expect(a.elector.isLeader()).to.equal(true);
+    expect(fence.allowed()).to.equal(true);
+    await clock.advance(30_000);
+    expect(fence.allowed(), 'renewals keep it open').to.equal(true);
+    // The API server stops answering Lease requests: the fence closes at the renew deadline after
+    // the last renewal was sent, before anybody else may take the Lease (lease duration 15 s).
+    const outageStart = clock.now();
+    api.react((action) =>
+      action.resource === 'leases.coordination.k8s.io'
+        ? new UnavailableError('down', 503, 'ServiceUnavailable')
+        : undefined,
+    );
+    let closedAt: number | undefined;
+    for (let t = 0; t < 15_000 && closedAt === undefined; t += 100) {
+      await clock.advance(100);
+      if (!fence.allowed()) closedAt = clock.now();
+    }
+    // The last renewal was sent within one retry period (2 s) before the outage; the fence closes
+    // the renew deadline (10 s) after it.
+    expect(closedAt, 'the fence closed').to.not.equal(undefined);
+    expect((closedAt ?? 0) - outageStart).to.be.within(8_000, 10_000);
+    await clock.advance(5000);
+    await a.done;
+    expect(fence.allowed()).to.equal(false);
   });
 
   it('records a LeaderElection event when it acquires the Lease', async () => {

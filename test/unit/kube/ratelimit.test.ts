@@ -187,6 +187,7 @@ describe('TokenBucket', () => {
           let now = 0;
           const clock = {
             now: () => now,
+            monotonic: () => now,
             setTimeout: () => ({ cancel: () => undefined }),
             sleep: () => Promise.resolve(),
           };
