@@ -1,5 +1,11 @@
-import { Annotation, DEFAULT_MACHINE_PRIORITY, MachinePhase, PreserveValue } from '../api/constants.js';
-import type { OwnerReference } from '../kube/types.js';
+import {
+  Annotation,
+  DEFAULT_MACHINE_PRIORITY,
+  Label,
+  MachinePhase,
+  PreserveValue,
+} from '../api/constants.js';
+import type { Node, OwnerReference } from '../kube/types.js';
 import type { Machine } from '../api/types.js';
 import type { DeepReadonly } from '../kube/informer.js';
 
@@ -7,6 +13,31 @@ export type AnyMachine = Machine | DeepReadonly<Machine>;
 
 export function phaseOf(m: AnyMachine): MachinePhase {
   return m.status?.currentStatus?.phase ?? MachinePhase.Creating;
+}
+
+/**
+ * Whether two providerIDs name the same VM: equal, or of the same scheme with the same last path
+ * segment (a kubelet may register another form than the driver returned, e.g. AWS's
+ * `aws:///<zone>/<id>` for the driver's `aws:///<region>/<id>`).
+ */
+export function sameVM(a: string, b: string): boolean {
+  if (a === '' || b === '') return false;
+  if (a === b) return true;
+  const scheme = (id: string): string => id.slice(0, id.indexOf('://'));
+  const last = (id: string): string => id.slice(id.lastIndexOf('/') + 1);
+  return a.includes('://') && scheme(a) === scheme(b) && last(a) !== '' && last(a) === last(b);
+}
+
+/**
+ * Whether a Node is proved to belong to a machine, before anything is written to it on the
+ * machine's behalf: its machine-name label names the machine, or (unlabelled) its providerID is the
+ * machine's VM. A node name alone proves nothing: providers that name nodes by IP address reuse
+ * names, and another machine's node may carry the name a machine's `node` label still holds.
+ */
+export function nodeBelongsTo(node: Node | DeepReadonly<Node>, m: AnyMachine): boolean {
+  const claimedBy = node.metadata.labels?.[Label.NodeMachineName] ?? '';
+  if (claimedBy !== '') return claimedBy === m.metadata.name;
+  return sameVM(node.spec?.providerID ?? '', m.spec?.providerID ?? '');
 }
 
 /** Being deleted: deletion requested or already in the Terminating phase. */

@@ -1,7 +1,7 @@
 // User data placeholders and the bootstrap token a new node joins with (MCM's format: secret
 // kube-system/bootstrap-token-<id> of type bootstrap.kubernetes.io/token).
 
-import { randomInt } from 'node:crypto';
+import { createHash, randomInt } from 'node:crypto';
 
 import type { KubeApi } from '../../kube/client.js';
 import { isAlreadyExists, isNotFound } from '../../kube/errors.js';
@@ -35,18 +35,39 @@ export function substituteUserData(userData: string, machineName: string, token:
   return out;
 }
 
-/** MCM's token id: the first 6 hex characters of the hex encoding of the name's last 5 bytes. */
-export function bootstrapTokenId(machineName: string): string {
-  const bytes = Buffer.from(machineName, 'utf8');
-  return bytes
-    .subarray(Math.max(0, bytes.length - 5))
-    .toString('hex')
-    .slice(0, 6)
-    .padEnd(6, '0');
+/** What identifies a machine's bootstrap token: the machine object (its UID is unique). */
+export interface TokenOwner {
+  name: string;
+  uid: string;
 }
 
-export function bootstrapTokenSecretName(machineName: string): string {
-  return `bootstrap-token-${bootstrapTokenId(machineName)}`;
+/** How many token ids a machine may use when its first ones are taken by other machines. */
+const TOKEN_ID_CANDIDATES = 3;
+
+/** Label on a token Secret naming the UID of the machine it was made for. */
+export const TOKEN_MACHINE_UID_LABEL = 'mcm-ts.io/machine-uid';
+
+/**
+ * The token ids a machine may use, in order: six characters of [a-z0-9] from a hash of its UID,
+ * so every machine has ids of its own (36^6 ≈ 2.2·10^9 values; MCM derives them from three
+ * characters of the machine name, so machines whose names end alike share one and the first node
+ * to join deletes the other's token), yet a retried creation finds the same token again. Further
+ * candidates serve the rare machine whose first id is taken.
+ */
+export function bootstrapTokenIds(owner: TokenOwner): string[] {
+  const key = owner.uid === '' ? `name:${owner.name}` : owner.uid;
+  const ids: string[] = [];
+  for (let k = 0; k < TOKEN_ID_CANDIDATES; k++) {
+    const digest = createHash('sha256').update(`${key}/${k}`).digest();
+    let id = '';
+    for (let i = 0; i < 6; i++) id += ALPHABET.charAt((digest[i] ?? 0) % ALPHABET.length);
+    ids.push(id);
+  }
+  return ids;
+}
+
+export function bootstrapTokenSecretName(id: string): string {
+  return `bootstrap-token-${id}`;
 }
 
 const ALPHABET = '0123456789abcdefghijklmnopqrstuvwxyz';
@@ -62,58 +83,90 @@ const unb64 = (s: string | undefined): string => Buffer.from(s ?? '', 'base64').
 
 /**
  * The machine's bootstrap token (`<id>.<secret>`), creating its Secret in the target's
- * kube-system when missing; an existing one is reused.
+ * kube-system when missing; the machine's existing one is reused (a retried creation must hand the
+ * VM the token it may already carry).
  */
 export async function ensureBootstrapToken(
   target: KubeApi,
-  machineName: string,
+  owner: TokenOwner,
   expiresAt: number,
   extraGroups: string,
 ): Promise<string> {
-  const id = bootstrapTokenId(machineName);
-  const name = bootstrapTokenSecretName(machineName);
-  const tokenOf = (s: Secret): string => `${id}.${unb64(s.data?.['token-secret'])}`;
-  // Create first: the token usually does not exist yet, and AlreadyExists (a retried creation)
-  // costs the same one extra request as a GET up front would every time.
-  const data: Record<string, string> = {
-    description: b64(`bootstrap token of machine ${machineName}`),
-    'token-id': b64(id),
-    'token-secret': b64(randomTokenSecret()),
-    expiration: b64(rfc3339(expiresAt)),
-    'usage-bootstrap-authentication': b64('true'),
-    'usage-bootstrap-signing': b64('true'),
-  };
-  if (extraGroups !== '') data['auth-extra-groups'] = b64(extraGroups);
-  const secret: Secret = {
-    apiVersion: 'v1',
-    kind: 'Secret',
-    metadata: { name, namespace: BOOTSTRAP_NAMESPACE },
-    type: 'bootstrap.kubernetes.io/token',
-    data,
-  };
-  // The id comes from five characters of the machine name (as in MCM), so two machines can share
-  // a token Secret, and the other machine may delete it (after joining) between our AlreadyExists
-  // and our read: then it is created again.
-  for (let attempt = 1; ; attempt++) {
+  const tokenOf = (id: string, s: Secret): string => `${id}.${unb64(s.data?.['token-secret'])}`;
+  const ours = (s: Secret): boolean => s.metadata.labels?.[TOKEN_MACHINE_UID_LABEL] === owner.uid;
+  for (const id of bootstrapTokenIds(owner)) {
+    const data: Record<string, string> = {
+      description: b64(`bootstrap token of machine ${owner.name}`),
+      'token-id': b64(id),
+      'token-secret': b64(randomTokenSecret()),
+      expiration: b64(rfc3339(expiresAt)),
+      'usage-bootstrap-authentication': b64('true'),
+      'usage-bootstrap-signing': b64('true'),
+    };
+    if (extraGroups !== '') data['auth-extra-groups'] = b64(extraGroups);
+    const secret: Secret = {
+      apiVersion: 'v1',
+      kind: 'Secret',
+      metadata: {
+        name: bootstrapTokenSecretName(id),
+        namespace: BOOTSTRAP_NAMESPACE,
+        labels: { [TOKEN_MACHINE_UID_LABEL]: owner.uid },
+      },
+      type: 'bootstrap.kubernetes.io/token',
+      data,
+    };
+    // Create first: the token usually does not exist yet, and AlreadyExists (a retried creation)
+    // costs the same one extra request as a GET up front would every time.
     try {
-      return tokenOf(await target.create<Secret>(CoreResources.secrets, secret));
+      return tokenOf(id, await target.create<Secret>(CoreResources.secrets, secret));
     } catch (err) {
       if (!isAlreadyExists(err)) throw err;
     }
+    let existing: Secret | undefined;
     try {
-      return tokenOf(await target.get<Secret>(CoreResources.secrets, name, BOOTSTRAP_NAMESPACE));
+      existing = await target.get<Secret>(
+        CoreResources.secrets,
+        secret.metadata.name ?? '',
+        BOOTSTRAP_NAMESPACE,
+      );
     } catch (err) {
-      if (!isNotFound(err) || attempt >= 3) throw err;
+      if (!isNotFound(err)) throw err;
     }
+    if (existing === undefined) {
+      // Gone between our AlreadyExists and our read (its owner joined): it is free again.
+      return tokenOf(id, await target.create<Secret>(CoreResources.secrets, secret));
+    }
+    if (ours(existing)) return tokenOf(id, existing);
+    // Another machine's token holds this id: try the next candidate.
   }
+  throw new Error(
+    `no bootstrap token id is free for machine ${owner.name}: its ${TOKEN_ID_CANDIDATES} candidate ids are all held by other machines' tokens`,
+  );
 }
 
-export async function deleteBootstrapToken(target: KubeApi, machineName: string): Promise<void> {
-  try {
-    await target.delete(CoreResources.secrets, bootstrapTokenSecretName(machineName), {
-      namespace: BOOTSTRAP_NAMESPACE,
-    });
-  } catch (err) {
-    if (!isNotFound(err)) throw err;
+/**
+ * Deletes the machine's token (once its node joined). Only a Secret labelled with the machine's
+ * UID is deleted, with that Secret's UID as precondition; candidates are looked at in order up to
+ * the first that does not exist (a token left behind by a rare collision expires on its own).
+ */
+export async function deleteBootstrapToken(target: KubeApi, owner: TokenOwner): Promise<void> {
+  for (const id of bootstrapTokenIds(owner)) {
+    let s: Secret;
+    try {
+      s = await target.get<Secret>(CoreResources.secrets, bootstrapTokenSecretName(id), BOOTSTRAP_NAMESPACE);
+    } catch (err) {
+      if (isNotFound(err)) return;
+      throw err;
+    }
+    if (s.metadata.labels?.[TOKEN_MACHINE_UID_LABEL] !== owner.uid) continue;
+    try {
+      await target.delete(CoreResources.secrets, bootstrapTokenSecretName(id), {
+        namespace: BOOTSTRAP_NAMESPACE,
+        ...(s.metadata.uid === undefined ? {} : { preconditions: { uid: s.metadata.uid } }),
+      });
+    } catch (err) {
+      if (!isNotFound(err)) throw err;
+    }
+    return;
   }
 }

@@ -514,12 +514,15 @@ export class MachineController {
     );
     const raw = r.ok ? r.secret.data?.userData : undefined;
     if (raw === undefined || !needsBootstrapToken(Buffer.from(raw, 'base64').toString('utf8'))) return;
-    await deleteBootstrapToken(target, m.metadata.name ?? '');
+    await deleteBootstrapToken(target, { name: m.metadata.name ?? '', uid: m.metadata.uid ?? '' });
   }
 
   private async syncNode(m: Machine | CachedMachine, node: CachedNode): Promise<void> {
     const target = this.deps.target;
     if (target === undefined) return;
+    // A node another machine claims is never taken over (a reused node name): nothing is written.
+    const claimedBy = node.metadata.labels?.[Label.NodeMachineName] ?? '';
+    if (claimedBy !== '' && claimedBy !== m.metadata.name) return;
     const cls = this.deps.informers.machineClasses.get(m.metadata.namespace, m.spec?.class?.name ?? '');
     const plan = planNodeSync(node, m, cls, true);
     try {

@@ -107,7 +107,12 @@ async function machineSecret(d: MachineDeps, m: AnyMachine, secret: Secret): Pro
   const name = m.metadata.name ?? '';
   if (d.target !== undefined && needsBootstrapToken(userData)) {
     const expires = d.clock.now() + creationTimeoutOf(m, d.settings);
-    token = await ensureBootstrapToken(d.target, name, expires, d.settings.bootstrapTokenAuthExtraGroups);
+    token = await ensureBootstrapToken(
+      d.target,
+      { name, uid: m.metadata.uid ?? '' },
+      expires,
+      d.settings.bootstrapTokenAuthExtraGroups,
+    );
   }
   const filled = substituteUserData(userData, name, token);
   return {

@@ -36,7 +36,7 @@ import type { Logger } from '../../observability/logger.js';
 import { rfc3339 } from '../conditions.js';
 import { NODE_MACHINE_INDEX } from '../context.js';
 import { removeFinalizerAt } from '../finalizers.js';
-import { phaseOf } from '../machines.js';
+import { nodeBelongsTo, phaseOf } from '../machines.js';
 import { MachineEventReason, type MachineDeps } from './deps.js';
 import { drainId, endDrain } from './drains.js';
 import { isNodeHealthy, lastOp } from './health.js';
@@ -99,6 +99,7 @@ type StepOutcome =
 class DeletionPass {
   m: AnyMachine;
   nodeName: string;
+  private warnedNotOwned = false;
 
   constructor(
     private readonly d: MachineDeps,
@@ -209,10 +210,34 @@ class DeletionPass {
     return { next: DeletionStep.DrainNode };
   }
 
-  /** Marks the node Terminating and cordons it; draining pods comes with the drain issue. */
+  /**
+   * The node the deletion may act on: the named node when it is proved to be this machine's (see
+   * nodeBelongsTo), else none, with a warning; the flow then leaves that node alone.
+   */
+  private owned<N extends Node | DeepReadonly<Node>>(node: N | undefined): N | undefined {
+    if (node === undefined || nodeBelongsTo(node, this.m)) return node;
+    const claimedBy = node.metadata.labels?.[Label.NodeMachineName];
+    const message =
+      `Node ${this.nodeName} is not this machine's (it ${claimedBy === undefined ? `has providerID "${node.spec?.providerID ?? ''}"` : `belongs to machine ${claimedBy}`}, ` +
+      `the machine's VM is "${this.m.spec?.providerID ?? ''}"): it is not cordoned, drained or deleted`;
+    if (!this.warnedNotOwned) {
+      this.warnedNotOwned = true;
+      this.log.warn('node named by the machine belongs to another machine; leaving it alone', {
+        node: this.nodeName,
+        claimedBy,
+      });
+      this.d.recorder.event(this.m, 'Warning', MachineEventReason.NodeNotOwned, message);
+    }
+    this.nodeName = '';
+    return undefined;
+  }
+
+  /** Marks the node Terminating and cordons it, then drains it. */
   async drainNode(): Promise<StepOutcome> {
     const target = this.d.target;
-    const node = this.nodeName === '' ? undefined : this.d.informers.nodes?.get(undefined, this.nodeName);
+    const node = this.owned(
+      this.nodeName === '' ? undefined : this.d.informers.nodes?.get(undefined, this.nodeName),
+    );
     if (target !== undefined && node !== undefined && node.metadata.deletionTimestamp === undefined) {
       const hasCondition = node.status?.conditions?.some(
         (c) => c.type === NodeConditionType.Terminating && c.status === 'True',
@@ -360,6 +385,7 @@ class DeletionPass {
           if (!isNotFound(err)) throw err;
         }
       }
+      node = this.owned(node);
       if (node !== undefined) {
         await removeFinalizerAt(target, CoreResources.nodes, node, Finalizer.MachineControllerNode);
         if (node.metadata.deletionTimestamp === undefined) {

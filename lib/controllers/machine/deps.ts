@@ -38,6 +38,7 @@ export const MachineEventReason = {
   ReplacementBudgetExhausted: 'ReplacementBudgetExhausted',
   DeleteFailed: 'DeleteFailed',
   StaleNode: 'StaleNode',
+  NodeNotOwned: 'NodeNotOwned',
   DrainBlocked: 'DrainBlocked',
   DrainForced: 'DrainForced',
   Preserved: 'Preserved',

@@ -1,8 +1,10 @@
 import { expect } from 'chai';
 
 import {
-  bootstrapTokenId,
+  TOKEN_MACHINE_UID_LABEL,
+  bootstrapTokenIds,
   bootstrapTokenSecretName,
+  deleteBootstrapToken,
   ensureBootstrapToken,
   needsBootstrapToken,
   substituteUserData,
@@ -14,11 +16,18 @@ import type { Secret } from '../../../../lib/kube/types.js';
 import { FakeKube } from '../../../fakes/kube.js';
 
 describe('user data and bootstrap tokens', () => {
-  it('derives MCM’s token id from the last five bytes of the machine name', () => {
-    // "abcde" = 61 62 63 64 65 → hex "6162636465" → first six "616263".
-    expect(bootstrapTokenId('pool-xyz-abcde')).to.equal('616263');
-    expect(bootstrapTokenSecretName('pool-xyz-abcde')).to.equal('bootstrap-token-616263');
-    expect(bootstrapTokenId('ab')).to.equal('616200');
+  it('gives every machine token ids of its own, from its UID: stable for one machine, distinct across 1,000', () => {
+    const a = bootstrapTokenIds({ name: 'pool-xyz-abcde', uid: 'uid-a' });
+    expect(a).to.have.length(3);
+    for (const id of a) expect(id).to.match(/^[a-z0-9]{6}$/);
+    expect(bootstrapTokenIds({ name: 'pool-xyz-abcde', uid: 'uid-a' }), 'stable').to.deep.equal(a);
+    // MCM's ids come from the name's end: these two would share one.
+    expect(bootstrapTokenIds({ name: 'other-abcde', uid: 'uid-b' })[0]).to.not.equal(a[0]);
+    const firsts = new Set(
+      Array.from({ length: 1000 }, (_, i) => bootstrapTokenIds({ name: 'pool-abcde', uid: `uid-${i}` })[0]),
+    );
+    expect(firsts.size).to.equal(1000);
+    expect(bootstrapTokenSecretName('k3x9z0')).to.equal('bootstrap-token-k3x9z0');
   });
 
   it('fills plain and URL-encoded placeholders', () => {
@@ -35,28 +44,63 @@ describe('user data and bootstrap tokens', () => {
     expect(resolveBudget('lots', 10)).to.equal(undefined);
   });
 
-  it('creates the token again when the Secret it collided with is deleted before it is read', async () => {
-    // Two machines whose names end alike share a token id; the other one may delete the shared
-    // Secret (after joining) between our AlreadyExists and our read.
+  it('creates the token again when its Secret is deleted between AlreadyExists and the read', async () => {
     const api = new FakeKube();
+    const owner = { name: 'pool-xyz-abcde', uid: 'uid-a' };
+    const [id] = bootstrapTokenIds(owner);
     let creates = 0;
     api.react((a) => {
       if (a.verb === 'create' && a.resource === 'secrets' && ++creates === 1)
         return new AlreadyExistsError(
-          'secrets "bootstrap-token-616263" already exists',
+          `secrets "bootstrap-token-${id ?? ''}" already exists`,
           409,
           'AlreadyExists',
         );
       return undefined;
     });
-    const token = await ensureBootstrapToken(api, 'pool-xyz-abcde', Date.UTC(2026, 10, 23), '');
-    expect(token).to.match(/^616263\.[a-z0-9]{16}$/);
+    const token = await ensureBootstrapToken(api, owner, Date.UTC(2026, 10, 23), '');
+    expect(token).to.match(new RegExp(`^${id ?? ''}\\.[a-z0-9]{16}$`));
     expect(api.actions.map((x) => `${x.verb} ${x.resource}`)).to.deep.equal([
       'create secrets',
       'get secrets',
       'create secrets',
     ]);
-    const stored = api.peek<Secret>(CoreResources.secrets, 'bootstrap-token-616263', 'kube-system');
-    expect(Buffer.from(stored?.data?.['token-id'] ?? '', 'base64').toString()).to.equal('616263');
+    const stored = api.peek<Secret>(CoreResources.secrets, `bootstrap-token-${id ?? ''}`, 'kube-system');
+    expect(Buffer.from(stored?.data?.['token-id'] ?? '', 'base64').toString()).to.equal(id);
+    expect(stored?.metadata.labels?.[TOKEN_MACHINE_UID_LABEL]).to.equal('uid-a');
+  });
+
+  it('reuses its own token on a retried creation, skips an id another machine holds, and deletes only its own', async () => {
+    const api = new FakeKube();
+    const mine = { name: 'm1', uid: 'uid-m1' };
+    const [first, second] = bootstrapTokenIds(mine);
+    // Another machine's token sits on m1's first id (a collision).
+    const other: Secret = {
+      apiVersion: 'v1',
+      kind: 'Secret',
+      metadata: {
+        name: `bootstrap-token-${first ?? ''}`,
+        namespace: 'kube-system',
+        uid: 'secret-other',
+        labels: { [TOKEN_MACHINE_UID_LABEL]: 'uid-other' },
+      },
+      type: 'bootstrap.kubernetes.io/token',
+      data: { 'token-secret': Buffer.from('othersecret00000').toString('base64') },
+    };
+    api.seed(CoreResources.secrets, other);
+    const token = await ensureBootstrapToken(api, mine, Date.UTC(2026, 10, 23), '');
+    expect(token.startsWith(`${second ?? ''}.`), 'the second candidate').to.equal(true);
+    expect(
+      await ensureBootstrapToken(api, mine, Date.UTC(2026, 10, 23), ''),
+      'a retry: the same token',
+    ).to.equal(token);
+    await deleteBootstrapToken(api, mine);
+    expect(
+      api.peek<Secret>(CoreResources.secrets, `bootstrap-token-${second ?? ''}`, 'kube-system'),
+    ).to.equal(undefined);
+    expect(
+      api.peek<Secret>(CoreResources.secrets, `bootstrap-token-${first ?? ''}`, 'kube-system'),
+      "the other machine's token stays",
+    ).to.not.equal(undefined);
   });
 });

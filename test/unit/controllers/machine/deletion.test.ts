@@ -5,6 +5,7 @@ import { resumePoint, type DeletionMemo } from '../../../../lib/controllers/mach
 import { DeletionStep } from '../../../../lib/controllers/machine/status.js';
 import { DriverOperation } from '../../../../lib/driver/driver.js';
 import { CoreResources } from '../../../../lib/kube/resources.js';
+import type { Node } from '../../../../lib/kube/types.js';
 import { driverCalls, machineControllerEnv, machineWithVm, rctx, vmNode } from './harness.js';
 
 describe('deletion: where a pass resumes (pure)', () => {
@@ -114,6 +115,59 @@ describe('MachineController deletion: one DeleteMachine per VM (in-memory API)',
       env.api.releaseWatches();
       await env.settle();
       expect(mc.deps.deletions.size, 'the memory goes with the machines').to.equal(0);
+    } finally {
+      await env.stop();
+    }
+  });
+});
+
+describe('MachineController deletion: only a node proved to be the machine’s is touched (in-memory API)', () => {
+  it('leaves alone a node whose name the machine still holds but that another machine claims: no cordon, drain, finalizer removal or deletion', async () => {
+    // m1's VM had node name "ip-10-0-0-7"; that name now belongs to m2's new node.
+    const m1 = machineWithVm('m1', {
+      deleting: true,
+      status: { currentStatus: { phase: 'Running' } },
+    });
+    m1.metadata.labels = { ...m1.metadata.labels, node: 'ip-10-0-0-7' };
+    const reused = vmNode('ip-10-0-0-7', { 'node.gardener.cloud/machine-name': 'm2' });
+    reused.spec = { providerID: 'virtual://virtual-zone-a/m2' };
+    const { env, mc } = await machineControllerEnv([m1]);
+    try {
+      env.seed(CoreResources.nodes, reused);
+      await env.settle();
+      await mc.reconcile('default/m1', rctx);
+      await env.settle();
+      const node = env.target.peek<Node>(CoreResources.nodes, 'ip-10-0-0-7');
+      expect(node, 'the node still exists').to.not.equal(undefined);
+      expect(node?.spec?.unschedulable, 'not cordoned').to.not.equal(true);
+      expect(
+        node?.status?.conditions?.some((c) => c.type === 'Terminating'),
+        'no Terminating condition',
+      ).to.not.equal(true);
+      expect(
+        env.target.writes().filter((a) => a.name === 'ip-10-0-0-7'),
+        'no write to the reused node',
+      ).to.deep.equal([]);
+      expect(env.api.all(MachineResource), 'the deletion finished').to.have.length(0);
+      expect(await driverCalls(env, DriverOperation.DeleteMachine), 'its own VM was deleted').to.equal(1);
+      expect(env.recorder.events.map((e) => e.reason)).to.include('NodeNotOwned');
+    } finally {
+      await env.stop();
+    }
+  });
+
+  it('cordons, drains and deletes the node when its providerID is the machine’s VM although it is not labelled yet', async () => {
+    const m1 = machineWithVm('m1', { deleting: true, status: { currentStatus: { phase: 'Pending' } } });
+    const unlabelled = vmNode('m1');
+    delete unlabelled.metadata.labels?.['node.gardener.cloud/machine-name'];
+    const { env, mc } = await machineControllerEnv([m1]);
+    try {
+      env.seed(CoreResources.nodes, unlabelled);
+      await env.settle();
+      await mc.reconcile('default/m1', rctx);
+      await env.settle();
+      expect(env.target.peek<Node>(CoreResources.nodes, 'm1'), 'the node was deleted').to.equal(undefined);
+      expect(env.api.all(MachineResource)).to.have.length(0);
     } finally {
       await env.stop();
     }
