@@ -71,9 +71,8 @@ function sampleClass(): MachineClass {
     kind: 'MachineClass',
     metadata: { name: 'virtual-small', namespace: NS },
     provider: 'virtual',
-    // No boot delay: kwok (as run here) leaves pods Pending on a node that registered NotReady and
-    // turned Ready later, so booting nodes would keep the autoscaler's pods from running.
-    providerSpec: {},
+    // Nodes register NotReady and turn Ready after a few seconds, like real ones.
+    providerSpec: { bootDelay: '5s' },
     nodeTemplate: {
       capacity: { cpu: '2', memory: '4Gi', pods: '110' },
       instanceType: 'virtual-small',
