@@ -1,9 +1,10 @@
 /**
  * Local dev mode (`npm start`): a real control plane on this machine (etcd, kube-apiserver,
  * kube-scheduler, kube-controller-manager, kwok), the manager with the built-in virtual provider,
- * a sample MachineClass and MachineDeployment, and instructions. Ctrl-C stops everything.
+ * a sample MachineClass and MachineDeployment, and instructions. Ctrl-C stops everything and
+ * removes the control plane's data; the components' logs of the last run stay in .dev/logs.
  */
-import { copyFileSync, mkdirSync } from 'node:fs';
+import { copyFileSync, mkdirSync, rmSync } from 'node:fs';
 import path from 'node:path';
 
 import { API_VERSION, MachineClassResource, MachineDeploymentResource } from '../lib/api/types.js';
@@ -25,6 +26,12 @@ import {
 } from '../test/harness/tools.js';
 
 const NS = 'default';
+
+/** kubeconfig and logs of the running (or last) dev mode: MCM_DEV_DIR, else .dev in the checkout. */
+function devDirectory(): string {
+  const dir = process.env.MCM_DEV_DIR;
+  return dir === undefined || dir === '' ? path.join(repoRoot, '.dev') : path.resolve(dir);
+}
 
 interface DevOptions {
   /** Manager log verbosity. */
@@ -52,7 +59,8 @@ const HELP = `Usage: npm start [-- --v=N] [-- --no-autoscaler]
 
 Starts a local control plane, the machine-controller-manager with the built-in virtual provider
 and its cluster-autoscaler gRPC server, the real cluster-autoscaler against it, and a sample
-autoscaled MachineDeployment, then waits; Ctrl-C stops everything.
+autoscaled MachineDeployment, then waits. Ctrl-C stops everything and removes the control
+plane's data; the components' logs of the last run stay in .dev/logs (MCM_DEV_DIR replaces .dev).
 
   --v=N            manager log verbosity (default 1; 4 debug)
   --no-autoscaler  do not start the cluster-autoscaler`;
@@ -63,9 +71,8 @@ function sampleClass(): MachineClass {
     kind: 'MachineClass',
     metadata: { name: 'virtual-small', namespace: NS },
     provider: 'virtual',
-    // No boot delay: kwok (as run here) leaves pods Pending on a node that registered NotReady and
-    // turned Ready later, so booting nodes would keep the autoscaler's pods from running.
-    providerSpec: {},
+    // Nodes register NotReady and turn Ready after a few seconds, like real ones.
+    providerSpec: { bootDelay: '5s' },
     nodeTemplate: {
       capacity: { cpu: '2', memory: '4Gi', pods: '110' },
       instanceType: 'virtual-small',
@@ -127,14 +134,17 @@ async function main(): Promise<number> {
   say(
     'Starting a local control plane (etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kwok)...',
   );
+  const devDir = devDirectory();
+  const logDir = path.join(devDir, 'logs');
+  rmSync(logDir, { recursive: true, force: true });
+  mkdirSync(logDir, { recursive: true });
   const cp: ControlPlane = await startControlPlane({
     installCRDs: true,
     scheduler: true,
     controllerManager: true,
     kwok: true,
+    logDir,
   });
-  const devDir = path.join(repoRoot, '.dev');
-  mkdirSync(devDir, { recursive: true });
   const kubeconfig = path.join(devDir, 'kubeconfig');
   copyFileSync(cp.kubeconfigPath, kubeconfig);
   const logger = createLogger({ verbosity: opts.verbosity, format: 'text' });
@@ -159,16 +169,22 @@ async function main(): Promise<number> {
   const stop = async (code: number): Promise<void> => {
     if (stopping) return;
     stopping = true;
-    say('\nStopping...');
+    say('\nStopping... (Ctrl-C again to kill everything at once)');
     await autoscaler?.stop().catch(() => undefined);
     await manager.stop().catch(() => undefined);
     client.close();
     await cp.stop();
-    say('Stopped; nothing is left running.');
+    say(`Stopped; nothing is left running. Logs of this run: ${logDir} (replaced by the next run)`);
     process.exit(code);
   };
-  process.on('SIGINT', () => void stop(0));
-  process.on('SIGTERM', () => void stop(0));
+  const onSignal = (): void => {
+    // A second signal while stopping: the harness's exit hook kills the components and removes
+    // the control plane's directory.
+    if (stopping) process.exit(130);
+    void stop(0);
+  };
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
   try {
     await manager.start();
     await apply(client);

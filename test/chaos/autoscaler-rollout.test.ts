@@ -16,7 +16,7 @@ import { GroupAnnotation } from '../../lib/autoscaler/groups.js';
 import type { Pod } from '../../lib/kube/types.js';
 import { requireAutoscaler, startAutoscaler, type Autoscaler } from '../harness/autoscaler.js';
 import { createMtlsBundle, writeMtlsBundle } from '../harness/certs.js';
-import { freePort } from '../harness/process.js';
+import { freePort, removeOnExit } from '../harness/process.js';
 import { autoscalerUnavailableReason, newestAutoscalerVersion } from '../harness/tools.js';
 import { NS, nodeTemplate } from '../integration/env/lifecycle.js';
 import { until } from '../integration/env/until.js';
@@ -42,7 +42,9 @@ describe(`chaos 6: cluster-autoscaler ${version} scaling during a rollout`, func
       recordNotRun('6b', 'cluster-autoscaler scale-down after the rollout', reason);
     }
     requireAutoscaler(version);
-    const tls = writeMtlsBundle(mkdtempSync(path.join(os.tmpdir(), 'mcm-chaos-tls-')), createMtlsBundle());
+    const tlsDir = mkdtempSync(path.join(os.tmpdir(), 'mcm-chaos-tls-'));
+    removeOnExit(tlsDir);
+    const tls = writeMtlsBundle(tlsDir, createMtlsBundle());
     const grpcPorts = [await freePort(), await freePort()];
     env = await ChaosEnv.start({
       controlPlane: { scheduler: true, controllerManager: true, kwok: true },
@@ -57,10 +59,8 @@ describe(`chaos 6: cluster-autoscaler ${version} scaling during a rollout`, func
     const e = env;
     for (const [name, spec] of [
       ['v1', {}],
-      // A slow cloud API keeps the rollout going while the autoscaler acts. (Not bootDelay: kwok,
-      // as the harness runs it, may never start a pod bound to a node that turned Ready late; see
-      // the README's troubleshooting.)
-      ['v2', { apiLatency: '1s' }],
+      // New machines take a few seconds to boot, so that the rollout lasts while the autoscaler acts.
+      ['v2', { bootDelay: '4s' }],
     ] as const) {
       await e.lc.createClass(name, spec, {
         nodeTemplate: nodeTemplate({ capacity: { cpu: '2', memory: '4Gi', pods: '20' }, zone: 'chaos-a' }),

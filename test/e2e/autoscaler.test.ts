@@ -3,8 +3,7 @@
 // pending pods, scale from zero, scale-down of exactly the idle machines, backing off a group that
 // is out of capacity, and scale-up during a rollout.
 
-import { mkdtempSync } from 'node:fs';
-import os from 'node:os';
+import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 
 import { expect } from 'chai';
@@ -23,6 +22,9 @@ import { AppsDeployments, nodeFillingDeployment } from '../harness/workload.js';
 
 const isReady = (n: Node): boolean =>
   n.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
+
+/** How long the spare groups' nodes take from NotReady to Ready: short, but a real boot. */
+const BOOT_DELAY = '2s';
 
 function seconds(since: number): string {
   return `${((Date.now() - since) / 1000).toFixed(1)}s`;
@@ -94,7 +96,8 @@ describe('cluster-autoscaler e2e (real autoscaler, kube-scheduler, kwok)', funct
   before(async () => {
     env = await LifecycleEnv.start({ scheduler: true, controllerManager: true, kwok: true });
     client = env.client;
-    const dir = mkdtempSync(path.join(os.tmpdir(), 'mcm-e2e-tls-'));
+    const dir = path.join(env.cp.workDir, 'tls');
+    mkdirSync(dir);
     const files = writeMtlsBundle(dir, createMtlsBundle());
     await env.startManager({
       grpcAddress: '127.0.0.1:0',
@@ -121,7 +124,8 @@ describe('cluster-autoscaler e2e (real autoscaler, kube-scheduler, kwok)', funct
           env as unknown as { tls: { clientCertFile: string; clientKeyFile: string; caFile: string } }
         ).tls;
         // Two groups for the same pool, both at zero: "full" fits the pods best (least waste) but
-        // its zone has no capacity; "spare" has bigger nodes and room.
+        // its zone has no capacity; "spare" has bigger nodes and room. Nodes boot as real ones do:
+        // NotReady and tainted first, Ready after the boot delay.
         await env.createClass(
           `${p}-full`,
           { zoneCapacity: { [`${p}-zone-full`]: 0 } },
@@ -134,7 +138,7 @@ describe('cluster-autoscaler e2e (real autoscaler, kube-scheduler, kwok)', funct
         );
         await env.createClass(
           `${p}-spare`,
-          {},
+          { bootDelay: BOOT_DELAY },
           {
             nodeTemplate: nodeTemplate({
               capacity: { cpu: '4', memory: '8Gi', pods: '20' },
@@ -256,7 +260,7 @@ describe('cluster-autoscaler e2e (real autoscaler, kube-scheduler, kwok)', funct
         const t0 = Date.now();
         await env.createClass(
           `${p}-spare-v2`,
-          { apiLatency: '200ms' },
+          { bootDelay: BOOT_DELAY },
           {
             nodeTemplate: nodeTemplate({
               capacity: { cpu: '4', memory: '8Gi', pods: '20' },

@@ -40,7 +40,7 @@ export interface Autoscaler {
   readonly version: string;
   readonly pid: number | undefined;
   readonly running: boolean;
-  /** The process's stdout and stderr (klog), in the control plane's work directory. */
+  /** The process's stdout and stderr (klog), in the control plane's log directory. */
   readonly logFile: string;
   readonly cloudConfigFile: string;
   /** Every argument it was started with. */
@@ -278,8 +278,8 @@ export async function startAutoscaler(opts: AutoscalerOptions): Promise<Autoscal
   const cp = opts.controlPlane;
   const n = (instances.get(cp) ?? 0) + 1;
   instances.set(cp, n);
-  const base = path.join(cp.workDir, `cluster-autoscaler-${opts.version}-${n}`);
-  const cloudConfigFile = `${base}.cloud-config.yaml`;
+  const name = `cluster-autoscaler-${opts.version}-${n}`;
+  const cloudConfigFile = path.join(cp.workDir, `${name}.cloud-config.yaml`);
   writeFileSync(cloudConfigFile, externalGrpcCloudConfig(opts), { mode: 0o600 });
   const port = await freePort();
   const flags: Record<string, string | number | boolean | null> = {
@@ -298,7 +298,7 @@ export async function startAutoscaler(opts: AutoscalerOptions): Promise<Autoscal
     name: `cluster-autoscaler-${opts.version}`,
     command: binary,
     args,
-    logFile: `${base}.log`,
+    logFile: path.join(cp.logDir, `${name}.log`),
     // In-cluster variables would win over --kubeconfig in some client paths; make sure they are unset.
     env: { ...process.env, KUBERNETES_SERVICE_HOST: '', KUBERNETES_SERVICE_PORT: '' },
   });

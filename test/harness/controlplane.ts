@@ -1,6 +1,6 @@
 import { spawn } from 'node:child_process';
 import { generateKeyPairSync, randomBytes } from 'node:crypto';
-import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import https from 'node:https';
 import { tmpdir } from 'node:os';
@@ -9,7 +9,7 @@ import path from 'node:path';
 import { KubeConfig } from '@kubernetes/client-node';
 
 import { allCRDs } from '../../lib/api/crds.js';
-import { ManagedProcess, freePort, waitUntil } from './process.js';
+import { ManagedProcess, cancelRemoveOnExit, freePort, removeOnExit, waitUntil } from './process.js';
 import { binaryPath, componentDir } from './tools.js';
 
 export interface ControlPlaneOptions {
@@ -25,6 +25,11 @@ export interface ControlPlaneOptions {
   apiServerFlags?: string[];
   /** Keep the working directory (logs, certificates) after stop(), for debugging. */
   keepWorkDir?: boolean;
+  /**
+   * Where the components write their logs (created when missing; left in place by stop()).
+   * Default: the working directory, which stop() removes with everything else.
+   */
+  logDir?: string;
 }
 
 export interface KubectlResult {
@@ -39,7 +44,10 @@ export const KWOK_NODE_ANNOTATION_VALUE = 'fake';
 
 /** Nodes kwok manages (by annotation) in a harness control plane. */
 export interface ControlPlane {
+  /** Scratch directory (etcd data, certificates, kubeconfig); removed by stop() and at exit. */
   readonly workDir: string;
+  /** Where the component logs are: logDir of the options, else workDir. */
+  readonly logDir: string;
   readonly kubeconfigPath: string;
   readonly kubeConfig: KubeConfig;
   readonly server: string;
@@ -118,11 +126,15 @@ class HarnessControlPlane implements ControlPlane {
   private apiServer: ManagedProcess | undefined;
   private others: ManagedProcess[] = [];
   private stopped = false;
+  readonly logDir: string;
 
   constructor(
     readonly workDir: string,
     private readonly opts: ControlPlaneOptions,
-  ) {}
+  ) {
+    this.logDir = opts.logDir ?? workDir;
+    mkdirSync(this.logDir, { recursive: true });
+  }
 
   async start(): Promise<void> {
     await this.startEtcd();
@@ -155,7 +167,7 @@ class HarnessControlPlane implements ControlPlane {
         '--unsafe-no-fsync=true',
         '--log-level=warn',
       ],
-      logFile: path.join(this.workDir, 'etcd.log'),
+      logFile: path.join(this.logDir, 'etcd.log'),
     });
     this.etcd.start();
     await waitUntil(
@@ -203,7 +215,7 @@ class HarnessControlPlane implements ControlPlane {
       name: 'kube-apiserver',
       command: binaryPath('kube-apiserver'),
       args,
-      logFile: path.join(this.workDir, 'kube-apiserver.log'),
+      logFile: path.join(this.logDir, 'kube-apiserver.log'),
     });
   }
 
@@ -259,7 +271,7 @@ class HarnessControlPlane implements ControlPlane {
         '--profiling=false',
         ...extraArgs,
       ],
-      logFile: path.join(this.workDir, `${name}.log`),
+      logFile: path.join(this.logDir, `${name}.log`),
     });
     this.others.push(proc);
     proc.start();
@@ -304,7 +316,7 @@ class HarnessControlPlane implements ControlPlane {
         '--node-ip=10.240.0.1',
         ...stages,
       ],
-      logFile: path.join(this.workDir, 'kwok.log'),
+      logFile: path.join(this.logDir, 'kwok.log'),
       // kwok reads the in-cluster variables when present; make sure it uses the kubeconfig.
       env: { ...process.env, KUBERNETES_SERVICE_HOST: '', KUBERNETES_SERVICE_PORT: '' },
     });
@@ -470,19 +482,27 @@ class HarnessControlPlane implements ControlPlane {
     await Promise.all(this.others.map((p) => p.stop(5000)));
     await this.apiServer?.stop(10_000);
     await this.etcd?.stop(5000);
-    if (this.opts.keepWorkDir !== true && process.env.MCM_KEEP_TEST_ARTIFACTS !== '1') {
+    if (!keepWorkDir(this.opts)) {
       rmSync(this.workDir, { recursive: true, force: true });
+      cancelRemoveOnExit(this.workDir);
     }
   }
+}
+
+function keepWorkDir(opts: ControlPlaneOptions): boolean {
+  return opts.keepWorkDir === true || process.env.MCM_KEEP_TEST_ARTIFACTS === '1';
 }
 
 /**
  * Starts a real control plane on loopback: etcd, kube-apiserver, and optionally
  * kube-controller-manager, kube-scheduler and kwok. Always call stop(), also when a test fails;
- * if start-up fails, everything already started is stopped before the error is thrown.
+ * if start-up fails, everything already started is stopped before the error is thrown. Should the
+ * process exit without stop() (a signal, a crash), its processes are killed and its work
+ * directory removed all the same (unless kept: keepWorkDir or MCM_KEEP_TEST_ARTIFACTS=1).
  */
 export async function startControlPlane(opts: ControlPlaneOptions = {}): Promise<ControlPlane> {
   const workDir = mkdtempSync(path.join(tmpdir(), 'mcm-cp-'));
+  if (!keepWorkDir(opts)) removeOnExit(workDir);
   const cp = new HarnessControlPlane(workDir, opts);
   try {
     await cp.start();

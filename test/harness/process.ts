@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { createWriteStream, readFileSync, type WriteStream } from 'node:fs';
+import { createWriteStream, readFileSync, rmSync, type WriteStream } from 'node:fs';
 import net from 'node:net';
 
 /**
@@ -7,25 +7,67 @@ import net from 'node:net';
  * test process exits for any reason (including an uncaught exception or a signal).
  */
 const live = new Set<ChildProcess>();
+/** Scratch directories to remove when the process exits before their owner removed them. */
+const scratch = new Set<string>();
 let exitHookInstalled = false;
+
+function killAll(): void {
+  for (const child of live) {
+    try {
+      child.kill('SIGKILL');
+    } catch {
+      // already gone
+    }
+  }
+}
 
 function installExitHook(): void {
   if (exitHookInstalled) return;
   exitHookInstalled = true;
   process.on('exit', () => {
-    for (const child of live) {
+    killAll();
+    for (const dir of scratch) {
       try {
-        child.kill('SIGKILL');
+        // A child killed a moment ago may still be closing a file in it: retry briefly.
+        rmSync(dir, { recursive: true, force: true, maxRetries: 3, retryDelay: 50 });
       } catch {
-        // already gone
+        // nothing more can be done while exiting
       }
     }
   });
   for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
-    process.once(sig, () => {
-      for (const child of live) child.kill('SIGKILL');
+    process.on(sig, () => {
+      // A program with its own handler (dev mode) shuts down in order and exits itself; the exit
+      // hook above then finishes what it left.
+      if (process.listenerCount(sig) > 1) return;
+      killAll();
       process.exit(128 + (sig === 'SIGINT' ? 2 : sig === 'SIGTERM' ? 15 : 1));
     });
+  }
+}
+
+/**
+ * Removes dir (recursively) when the process exits, unless cancelRemoveOnExit(dir) was called
+ * first: for directories whose owner normally removes them itself but may not get to (a signal,
+ * a crash, a test that never calls stop()).
+ */
+export function removeOnExit(dir: string): void {
+  installExitHook();
+  scratch.add(dir);
+}
+
+/** The owner removed dir itself, or keeps it on purpose. */
+export function cancelRemoveOnExit(dir: string): void {
+  scratch.delete(dir);
+}
+
+/** Whether a process of that pid exists (signal 0 probes without signalling). */
+export function processExists(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
   }
 }
 

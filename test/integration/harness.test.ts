@@ -1,18 +1,14 @@
+import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
 
 import { expect } from 'chai';
 
 import { startControlPlane, type ControlPlane } from '../harness/controlplane.js';
-import { livePids } from '../harness/process.js';
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
+import { livePids, processExists } from '../harness/process.js';
+import { repoRoot } from '../harness/tools.js';
+import { until } from './env/until.js';
 
 describe('test harness control plane', function () {
   this.timeout(240_000);
@@ -28,7 +24,7 @@ describe('test harness control plane', function () {
       });
       const pids = cp.pids();
       expect(pids).to.have.length(5);
-      for (const pid of pids) expect(alive(pid), `pid ${pid} alive`).to.equal(true);
+      for (const pid of pids) expect(processExists(pid), `pid ${pid} alive`).to.equal(true);
 
       const version = await cp.kubectl(['version', '-o', 'json']);
       expect(version.code, version.stderr).to.equal(0);
@@ -40,7 +36,7 @@ describe('test harness control plane', function () {
 
       const workDir = cp.workDir;
       await cp.stop();
-      for (const pid of pids) expect(alive(pid), `pid ${pid} after stop`).to.equal(false);
+      for (const pid of pids) expect(processExists(pid), `pid ${pid} after stop`).to.equal(false);
       expect(existsSync(workDir), 'work directory removed').to.equal(false);
       expect(livePids()).to.deep.equal([]);
     } finally {
@@ -66,6 +62,45 @@ describe('test harness control plane', function () {
       expect(got.status).to.equal(200);
     } finally {
       await cp.stop();
+    }
+  });
+
+  it('when the test process is interrupted (SIGINT) without stop(), kills its components and removes its work directory', async () => {
+    const harness = pathToFileURL(path.join(repoRoot, 'dist', 'test', 'harness', 'controlplane.js')).href;
+    // A test process that starts a control plane and is interrupted before it calls stop().
+    const script = [
+      `const { startControlPlane } = await import(${JSON.stringify(harness)});`,
+      'const cp = await startControlPlane();',
+      'process.stdout.write(JSON.stringify({ workDir: cp.workDir, pids: cp.pids() }) + "\\n");',
+      'setInterval(() => undefined, 1000);',
+    ].join('\n');
+    const env = { ...process.env };
+    delete env.MCM_KEEP_TEST_ARTIFACTS;
+    const child = spawn(process.execPath, ['--input-type=module', '-e', script], {
+      env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    child.stdout.setEncoding('utf8').on('data', (d: string) => (out += d));
+    child.stderr.setEncoding('utf8').on('data', (d: string) => (out += d));
+    const exited = new Promise<number | null>((resolve) => child.on('exit', resolve));
+    try {
+      const started = await until(
+        'the control plane started',
+        () => {
+          const line = out.split('\n').find((l) => l.startsWith('{'));
+          return line === undefined ? undefined : (JSON.parse(line) as { workDir: string; pids: number[] });
+        },
+        120_000,
+      );
+      expect(started.pids).to.have.length(2);
+      expect(existsSync(started.workDir)).to.equal(true);
+      child.kill('SIGINT');
+      expect(await exited).to.equal(130);
+      await until('its components gone', () => started.pids.every((pid) => !processExists(pid)), 10_000);
+      expect(existsSync(started.workDir), `work directory removed\n${out}`).to.equal(false);
+    } finally {
+      child.kill('SIGKILL');
     }
   });
 

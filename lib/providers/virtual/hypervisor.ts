@@ -3,6 +3,13 @@
 // a node ready for its in-place update gets it from the simulated update agent (agent.ts).
 // It is a small controller over the VM nodes in the shared node cache, so pending transitions
 // survive our restarts (they are read back from the nodes) and failed writes back off.
+//
+// A boot writes in the order a real node comes up: the kubelet starts (the kwok annotation, so
+// that kwok plays the node's kubelet from now on), then the node turns Ready, then it accepts
+// pods (state running, not-ready taint removed). kwok only plays the pods of a node it manages
+// when they are bound, and it does not look again at pods bound before it started managing the
+// node, so no pod may be bound before the annotation lands: the kube-controller-manager lifts
+// the not-ready taint as soon as a node is Ready, and the scheduler binds right after.
 
 import type { Registry } from 'prom-client';
 
@@ -28,7 +35,9 @@ import {
 
 export type VmTransition =
   | { kind: 'none'; recheckAfterMs?: number }
-  /** Node Ready (status first), then state running, kwok annotation, not-ready taint removed. */
+  /** Boot, first step: the kwok annotation (the simulated kubelet starts). */
+  | { kind: 'start-kubelet' }
+  /** Boot, last step: node Ready (status first), then state running, not-ready taint removed. */
   | { kind: 'boot' }
   /** State stopped and kwok annotation removed (metadata first), then node NotReady. */
   | { kind: 'stop' }
@@ -54,7 +63,8 @@ export function planVmTransition(node: DeepReadonly<Node>, now: number): VmTrans
     case 'booting': {
       if (a[VirtualKey.BootNeverCompletes] === 'true') return { kind: 'none' };
       const bootAt = time(a[VirtualKey.BootAt]) ?? now;
-      return bootAt <= now ? { kind: 'boot' } : { kind: 'none', recheckAfterMs: bootAt - now };
+      if (bootAt > now) return { kind: 'none', recheckAfterMs: bootAt - now };
+      return a[KWOK_ANNOTATION] === KWOK_ANNOTATION_VALUE ? { kind: 'boot' } : { kind: 'start-kubelet' };
     }
     case 'running': {
       const at = time(a[VirtualKey.NotReadyAt]);
@@ -120,6 +130,15 @@ export class Hypervisor {
           const after = [plan.recheckAfterMs, agent].filter((x) => x !== undefined);
           return after.length === 0 ? {} : { requeueAfter: Math.max(1, Math.min(...after)) };
         }
+        case 'start-kubelet':
+          // The node's next event (this write) brings it back here for the rest of the boot.
+          await this.client.patch(
+            CoreResources.nodes,
+            name,
+            { metadata: { annotations: { [KWOK_ANNOTATION]: KWOK_ANNOTATION_VALUE } } },
+            { type: 'merge' },
+          );
+          return {};
         case 'boot': {
           // Status first: the metadata patch then carries the resourceVersion that write returned.
           const ready = await this.setReady(name, true);

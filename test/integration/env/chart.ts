@@ -5,6 +5,7 @@ import path from 'node:path';
 
 import { loadYaml } from '@kubernetes/client-node';
 
+import { removeOnExit } from '../../harness/process.js';
 import { binaryPath, repoRoot } from '../../harness/tools.js';
 
 export const CHART_DIR = path.join(repoRoot, 'charts', 'machine-controller-manager');
@@ -44,12 +45,17 @@ export function run(
   });
 }
 
-/** Helm with its own cache/config/data directories, so tests never read or write ~/.config/helm. */
+/**
+ * Helm with its own cache/config/data directories, so tests never read or write ~/.config/helm;
+ * they are removed when the test process exits.
+ */
 export class Helm {
-  private readonly home = mkdtempSync(path.join(tmpdir(), 'mcm-helm-'));
   readonly bin = binaryPath('helm');
+  private readonly home = mkdtempSync(path.join(tmpdir(), 'mcm-helm-'));
 
-  constructor(private readonly kubeconfig?: string) {}
+  constructor(private readonly kubeconfig?: string) {
+    removeOnExit(this.home);
+  }
 
   run(args: readonly string[], timeoutMs = 120_000): Promise<RunResult> {
     return run(this.bin, args, {

@@ -16,9 +16,11 @@ function vmNode(annotations: Record<string, string>, ready: boolean, deleting = 
 }
 
 const at = (ms: number): string => new Date(ms).toISOString();
+const KWOK = 'kwok.x-k8s.io/node';
 
 describe('virtual provider: hypervisor planning', () => {
   const now = 1_000_000;
+  const BOOTING_DUE = { 'virtual.mcm-ts.io/state': 'booting', 'virtual.mcm-ts.io/boot-at': at(now - 1) };
   const cases: [string, Node, ReturnType<typeof planVmTransition>][] = [
     [
       'a booting VM before its boot time waits until then',
@@ -26,14 +28,24 @@ describe('virtual provider: hypervisor planning', () => {
       { kind: 'none', recheckAfterMs: 5000 },
     ],
     [
-      'a booting VM at its boot time boots',
+      'a booting VM at its boot time first starts its kubelet (kwok annotation), still NotReady and tainted',
       vmNode({ 'virtual.mcm-ts.io/state': 'booting', 'virtual.mcm-ts.io/boot-at': at(now) }, false),
+      { kind: 'start-kubelet' },
+    ],
+    [
+      'a booting VM whose kubelet runs turns Ready and accepts pods',
+      vmNode({ ...BOOTING_DUE, [KWOK]: 'fake' }, false),
       { kind: 'boot' },
     ],
     [
       'a booting VM whose Ready write landed but not its state write boots again',
-      vmNode({ 'virtual.mcm-ts.io/state': 'booting', 'virtual.mcm-ts.io/boot-at': at(now - 1) }, true),
+      vmNode({ ...BOOTING_DUE, [KWOK]: 'fake' }, true),
       { kind: 'boot' },
+    ],
+    [
+      'a booting VM whose kwok annotation has another value starts its kubelet',
+      vmNode({ ...BOOTING_DUE, [KWOK]: 'other' }, false),
+      { kind: 'start-kubelet' },
     ],
     [
       'a VM whose boot never completes stays booting',
