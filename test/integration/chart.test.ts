@@ -967,7 +967,7 @@ describe('Helm chart charts/machine-controller-manager', function () {
           30_000,
         );
         expect(tokenLog, 'no bootstrap token Secret was created').to.match(
-          /secret\/bootstrap-token-[0-9a-f]{6}/,
+          /secret\/bootstrap-token-[0-9a-z]{6}/,
         );
 
         if (grpc) {
