@@ -8,7 +8,6 @@
 // memory is flat comes from a least-squares slope of the post-GC heap baseline over the second half.
 
 import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 
@@ -18,6 +17,7 @@ import { CoreResources } from '../../lib/kube/resources.js';
 import type { Node, Pod } from '../../lib/kube/types.js';
 import { startAutoscaler, type Autoscaler } from '../harness/autoscaler.js';
 import { createMtlsBundle, writeMtlsBundle } from '../harness/certs.js';
+import { metricsText } from '../harness/http.js';
 import { ManagedProcess, freePort, waitUntil } from '../harness/process.js';
 import { autoscalerUnavailableReason, newestAutoscalerVersion, repoRoot } from '../harness/tools.js';
 import { LifecycleEnv, NS, nodeTemplate } from '../integration/env/lifecycle.js';
@@ -60,23 +60,6 @@ function prng(seed: number): () => number {
     t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
     return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
   };
-}
-
-function metricsText(port: number): Promise<string> {
-  return new Promise((resolve) => {
-    const req = http.get(`http://127.0.0.1:${port}/metrics`, { timeout: 5000 }, (res) => {
-      let body = '';
-      res.setEncoding('utf8');
-      res.on('data', (d: string) => (body += d));
-      res.on('end', () => {
-        resolve(body);
-      });
-    });
-    req.on('timeout', () => req.destroy(new Error('timeout')));
-    req.on('error', () => {
-      resolve('');
-    });
-  });
 }
 
 /** Sum of a metric's samples whose labels contain every given label; NaN when there is none. */

@@ -3,10 +3,10 @@
  * harness control plane, with `--cloud-provider=externalgrpc` pointed at a gRPC server of the test.
  */
 import { closeSync, openSync, readSync, statSync, writeFileSync } from 'node:fs';
-import http from 'node:http';
 import path from 'node:path';
 
 import type { ControlPlane } from './controlplane.js';
+import { httpGetText } from './http.js';
 import { ManagedProcess, freePort, waitUntil } from './process.js';
 import { autoscalerBinaryPath, autoscalerUnavailableReason } from './tools.js';
 
@@ -138,21 +138,6 @@ export function externalGrpcCloudConfig(target: AutoscalerGrpcTarget): string {
   }
   if (target.grpcTimeout !== undefined) lines.push(`grpc_timeout: ${JSON.stringify(target.grpcTimeout)}`);
   return lines.join('\n') + '\n';
-}
-
-function httpGetText(url: string): Promise<{ status: number; text: string }> {
-  return new Promise((resolve, reject) => {
-    const req = http.get(url, { timeout: 5000 }, (res) => {
-      let text = '';
-      res.setEncoding('utf8');
-      res.on('data', (d: string) => (text += d));
-      res.on('end', () => {
-        resolve({ status: res.statusCode ?? 0, text });
-      });
-    });
-    req.on('timeout', () => req.destroy(new Error(`GET ${url}: timeout`)));
-    req.on('error', reject);
-  });
 }
 
 function readFrom(file: string, offset: number): string {

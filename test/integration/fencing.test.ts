@@ -3,13 +3,13 @@
 // old leader reached the API server after it lost the Lease.
 
 import { writeFileSync } from 'node:fs';
-import http from 'node:http';
 import path from 'node:path';
 
 import { expect } from 'chai';
 
 import type { Lease } from '../../lib/kube/types.js';
 import { CoreResources } from '../../lib/kube/resources.js';
+import { metricsText } from '../harness/http.js';
 import { ManagedProcess, freePort } from '../harness/process.js';
 import { HttpFaultProxy, type ProxiedRequest } from '../harness/proxy.js';
 import { repoRoot } from '../harness/tools.js';
@@ -18,23 +18,6 @@ import { until } from './env/until.js';
 
 const LEASE = 'mcm-fencing';
 const LEADING = `leader_election_master_status{name="${LEASE}"} 1`;
-
-function metricsText(port: number): Promise<string> {
-  return new Promise((resolve) => {
-    const req = http.get(`http://127.0.0.1:${port}/metrics`, { timeout: 2000 }, (res) => {
-      let body = '';
-      res.setEncoding('utf8');
-      res.on('data', (d: string) => (body += d));
-      res.on('end', () => {
-        resolve(body);
-      });
-    });
-    req.on('timeout', () => req.destroy(new Error('timeout')));
-    req.on('error', () => {
-      resolve('');
-    });
-  });
-}
 
 /** A manager process whose every API request goes through its own proxy. */
 class Replica {
