@@ -4,8 +4,6 @@
 // deployment (replicas, and the trigger-deletion annotation naming the machines to remove), and the
 // MachineDeployment, MachineSet and Machine controllers do the rest under their safety limits.
 
-import { readFileSync } from 'node:fs';
-
 import {
   Server,
   ServerCredentials,
@@ -47,12 +45,13 @@ import {
   type DeletePlan,
 } from './scaling.js';
 import { buildTemplateNode } from './template.js';
+import { ReloadingServerTls, describeTlsMaterial } from './tls.js';
 import { rfc3339 } from '../controllers/conditions.js';
 
 export interface AutoscalerServerOptions {
   /** HOST:PORT to listen on. */
   address: string;
-  /** mTLS material; undefined only with --grpc-insecure. */
+  /** mTLS material (reloaded when the files change); undefined only with --grpc-insecure. */
   tls: { certFile: string; keyFile: string; clientCAFile: string } | undefined;
   groups: readonly NodeGroupFlag[];
   gpuLabel: string;
@@ -99,6 +98,7 @@ export class AutoscalerServer {
   private readonly log: Logger;
   private readonly locks = new Map<string, Promise<void>>();
   private readonly healthWatchers = new Set<ServerWritableStream<unknown, unknown>>();
+  private tls: ReloadingServerTls | undefined;
   private serving = false;
   port = 0;
 
@@ -157,31 +157,28 @@ export class AutoscalerServer {
   }
 
   async start(): Promise<void> {
-    const creds =
-      this.opts.tls === undefined
-        ? ServerCredentials.createInsecure()
-        : ServerCredentials.createSsl(
-            readFileSync(this.opts.tls.clientCAFile),
-            [
-              {
-                cert_chain: readFileSync(this.opts.tls.certFile),
-                private_key: readFileSync(this.opts.tls.keyFile),
-              },
-            ],
-            true,
-          );
+    if (this.opts.tls !== undefined) {
+      this.tls = await ReloadingServerTls.load(this.opts.tls, {
+        clock: this.opts.clock,
+        logger: this.log,
+        metrics: this.metrics,
+      });
+    }
+    const creds = this.tls === undefined ? ServerCredentials.createInsecure() : this.tls.credentials;
     this.port = await new Promise<number>((resolve, reject) => {
       this.server.bindAsync(this.opts.address, creds, (err, port) => {
         if (err === null) resolve(port);
         else reject(err);
       });
     });
+    this.tls?.start();
     this.serving = true;
     this.notifyHealth();
     this.log.info('externalgrpc server listening', {
       address: this.opts.address,
       port: this.port,
-      tls: this.opts.tls === undefined ? 'off (--grpc-insecure)' : 'mutual',
+      tls: this.tls === undefined ? 'off (--grpc-insecure)' : 'mutual',
+      ...(this.tls === undefined ? {} : describeTlsMaterial(this.tls.current())),
       groups: this.lookup.groups().map((g) => `${g.id} (${g.min}:${g.max})`),
     });
   }
@@ -189,6 +186,7 @@ export class AutoscalerServer {
   /** Stops taking calls, lets running ones finish (bounded), then closes. */
   async stop(graceMs = 5000): Promise<void> {
     this.serving = false;
+    this.tls?.stop();
     this.notifyHealth();
     for (const w of this.healthWatchers) w.end();
     this.healthWatchers.clear();
