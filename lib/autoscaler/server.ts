@@ -34,6 +34,7 @@ import {
 import type { NodeGroup, NodeGroupFlag } from './groups.js';
 import { instanceOf } from './instances.js';
 import { GroupLookup, type NodeRef } from './lookup.js';
+import { RefusalLog, clientIdentity, describeClient, isAllowedClient } from './authz.js';
 import { autoscalerMetrics, type AutoscalerMetrics } from './metrics.js';
 import { CLOUD_PROVIDER_SERVICE, cloudProviderService, encodeNode, healthService } from './proto.js';
 import {
@@ -51,8 +52,13 @@ import { rfc3339 } from '../controllers/conditions.js';
 export interface AutoscalerServerOptions {
   /** HOST:PORT to listen on. */
   address: string;
-  /** mTLS material (reloaded when the files change); undefined only with --grpc-insecure. */
-  tls: { certFile: string; keyFile: string; clientCAFile: string } | undefined;
+  /**
+   * mTLS material (reloaded when the files change) and the client certificate names allowed to
+   * call (empty: any the client CA signed); undefined only with --grpc-insecure.
+   */
+  tls:
+    | { certFile: string; keyFile: string; clientCAFile: string; allowedClientNames: readonly string[] }
+    | undefined;
   groups: readonly NodeGroupFlag[];
   gpuLabel: string;
   gpuTypes: readonly string[];
@@ -98,6 +104,8 @@ export class AutoscalerServer {
   private readonly log: Logger;
   private readonly locks = new Map<string, Promise<void>>();
   private readonly healthWatchers = new Set<ServerWritableStream<unknown, unknown>>();
+  private readonly allowedClients: ReadonlySet<string>;
+  private readonly refusals: RefusalLog;
   private tls: ReloadingServerTls | undefined;
   private serving = false;
   port = 0;
@@ -106,6 +114,8 @@ export class AutoscalerServer {
     this.log = opts.logger.child({ component: 'autoscaler-grpc' });
     this.lookup = new GroupLookup(opts.informers, opts.namespace, opts.groups, opts.clock, this.log);
     this.metrics = autoscalerMetrics(opts.registry);
+    this.allowedClients = new Set(opts.tls?.allowedClientNames ?? []);
+    this.refusals = new RefusalLog(opts.clock, this.log);
     const handlers: Record<string, Handler> = {
       NodeGroups: () => this.nodeGroups(),
       NodeGroupForNode: (req) => this.nodeGroupForNode(req.node as WireNode | undefined),
@@ -136,6 +146,9 @@ export class AutoscalerServer {
     const impl: UntypedServiceImplementation = {};
     for (const [method, fn] of Object.entries(handlers)) impl[method] = this.unary(method, fn);
     this.server.addService(cloudProviderService(), impl);
+    // Health stays open to every client the handshake accepted (the allowlist guards the
+    // CloudProvider service only): it tells no more than SERVING or NOT_SERVING, and probes
+    // such as grpc_health_probe need not carry the autoscaler's identity.
     this.server.addService(healthService(), {
       Check: (call: ServerUnaryCall<{ service?: string }, unknown>, cb: sendUnaryData<unknown>) => {
         const s = this.healthStatus(call.request.service ?? '');
@@ -178,7 +191,15 @@ export class AutoscalerServer {
       address: this.opts.address,
       port: this.port,
       tls: this.tls === undefined ? 'off (--grpc-insecure)' : 'mutual',
-      ...(this.tls === undefined ? {} : describeTlsMaterial(this.tls.current())),
+      ...(this.tls === undefined
+        ? {}
+        : {
+            ...describeTlsMaterial(this.tls.current()),
+            allowedClientNames:
+              this.allowedClients.size === 0
+                ? 'any client certificate the client CA signed'
+                : [...this.allowedClients],
+          }),
       groups: this.lookup.groups().map((g) => `${g.id} (${g.min}:${g.max})`),
     });
   }
@@ -206,13 +227,26 @@ export class AutoscalerServer {
     for (const w of this.healthWatchers) w.write({ status: this.healthStatus('') });
   }
 
-  /** Wraps a handler: status mapping, metrics, one debug line per call. */
+  /** Wraps a handler: authorization, status mapping, metrics, one debug line per call. */
   private unary(method: string, fn: Handler) {
     return (
       call: ServerUnaryCall<Record<string, unknown>, unknown>,
       callback: sendUnaryData<unknown>,
     ): void => {
       const started = process.hrtime.bigint();
+      if (this.allowedClients.size > 0) {
+        const id = clientIdentity(call.getAuthContext().sslPeerCertificate);
+        if (!isAllowedClient(id, this.allowedClients)) {
+          const client = describeClient(id);
+          this.done(method, started, status[status.PERMISSION_DENIED]);
+          this.refusals.refused(client, method);
+          callback({
+            code: status.PERMISSION_DENIED,
+            details: `the client certificate (${client}) is not allowed to call this server (--grpc-client-allowed-names)`,
+          });
+          return;
+        }
+      }
       const d = call.getDeadline();
       const deadline = d instanceof Date ? d.getTime() : Number.isFinite(d) ? d : Date.now() + 30_000;
       Promise.resolve()

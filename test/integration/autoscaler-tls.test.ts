@@ -1,7 +1,8 @@
 /**
  * The externalgrpc server's mutual TLS at the process boundary: certificate files rotated on disk
  * (as the kubelet swaps a Secret volume after cert-manager renews it) are served without a
- * restart and without a failed call, and a broken rotation is ignored. Real TLS over loopback and real
+ * restart and without a failed call, a broken rotation is ignored, and --grpc-client-allowed-names
+ * refuses client certificates of the right CA but the wrong name. Real TLS over loopback and real
  * file watches; the machine API behind the server is an in-memory fake (these calls do not need
  * machines).
  */
@@ -11,9 +12,16 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import tls from 'node:tls';
 
-import { credentials, status, type ChannelCredentials, type ServiceError } from '@grpc/grpc-js';
+import {
+  credentials,
+  makeGenericClientConstructor,
+  status,
+  type ChannelCredentials,
+  type ServiceError,
+} from '@grpc/grpc-js';
 import { expect } from 'chai';
 
+import { healthService } from '../../lib/autoscaler/proto.js';
 import { AutoscalerServer } from '../../lib/autoscaler/server.js';
 import { SharedInformers } from '../../lib/controllers/context.js';
 import { RealClock } from '../../lib/kube/clock.js';
@@ -45,11 +53,10 @@ interface Running {
   address: string;
 }
 
-async function startServer(files: {
-  certFile: string;
-  keyFile: string;
-  clientCAFile: string;
-}): Promise<Running> {
+async function startServer(
+  files: { certFile: string; keyFile: string; clientCAFile: string },
+  allowedClientNames: string[] = [],
+): Promise<Running> {
   const api = new FakeKube();
   const logger = new CapturingLogger();
   const registry = newRegistry();
@@ -58,7 +65,7 @@ async function startServer(files: {
   await informers.waitForSync();
   const server = new AutoscalerServer({
     address: '127.0.0.1:0',
-    tls: files,
+    tls: { ...files, allowedClientNames },
     groups: [],
     gpuLabel: '',
     gpuTypes: [],
@@ -194,7 +201,7 @@ async function expectCode(p: Promise<unknown>, code: status): Promise<string> {
   expect.fail(`expected gRPC status ${status[code]}`);
 }
 
-describe('autoscaler externalgrpc server: certificate rotation (real TLS, real files)', function () {
+describe('autoscaler externalgrpc server: certificate rotation and client allowlist (real TLS, real files)', function () {
   this.timeout(60_000);
   let dir: string;
   let running: Running | undefined;
@@ -351,5 +358,76 @@ describe('autoscaler externalgrpc server: certificate rotation (real TLS, real f
       async () => (await presentedCertificate(server.port, [ca], me)) === fingerprint(b),
       10_000,
     );
+  });
+
+  it('--grpc-client-allowed-names: a client certificate of the same CA with another name gets PERMISSION_DENIED (counted, logged once), the allowed one is served, health stays open', async () => {
+    const ca = createCA('grpc-ca');
+    const server = serverCert(ca);
+    const vol = new SecretVolume(dir);
+    vol.write({ 'tls.crt': server.certPem, 'tls.key': server.keyPem, 'ca.crt': ca.certPem });
+    running = await startServer(
+      { certFile: vol.path('tls.crt'), keyFile: vol.path('tls.key'), clientCAFile: vol.path('ca.crt') },
+      ['cluster-autoscaler'],
+    );
+    const { address, registry, logger } = running;
+    const allowed = newClient(address, [ca], clientCert(ca, 'cluster-autoscaler'));
+    const intruderCert = clientCert(ca, 'intruder');
+    const intruder = newClient(address, [ca], intruderCert);
+    try {
+      expect((await allowed.call('NodeGroups')).nodeGroups).to.deep.equal([]);
+      for (let i = 0; i < 5; i++) {
+        const details = await expectCode(intruder.call('NodeGroups'), status.PERMISSION_DENIED);
+        expect(details).to.contain('CN="intruder"');
+        expect(details).to.not.contain('cluster-autoscaler');
+      }
+      await expectCode(
+        intruder.call('NodeGroupDeleteNodes', { id: 'default/workers', nodes: [{ name: 'n1' }] }),
+        status.PERMISSION_DENIED,
+      );
+      expect(
+        await metricValue(registry, 'mcm_autoscaler_grpc_requests_total', {
+          method: 'NodeGroups',
+          code: 'PERMISSION_DENIED',
+        }),
+      ).to.equal(5);
+      expect(
+        await metricValue(registry, 'mcm_autoscaler_grpc_requests_total', {
+          method: 'NodeGroupDeleteNodes',
+          code: 'PERMISSION_DENIED',
+        }),
+      ).to.equal(1);
+      expect(
+        await metricValue(registry, 'mcm_autoscaler_grpc_requests_total', {
+          method: 'NodeGroups',
+          code: 'OK',
+        }),
+      ).to.equal(1);
+      const lines = logger.lines.filter((l) => l.msg.startsWith('autoscaler client refused'));
+      expect(lines).to.have.length(1);
+      expect(lines[0]?.level).to.equal('info');
+      expect(lines[0]?.fields.client).to.equal('CN="intruder"');
+
+      const Health = makeGenericClientConstructor(healthService(), 'Health');
+      const health = new Health(address, clientCreds([ca], intruderCert), {
+        'grpc.ssl_target_name_override': 'localhost',
+      }) as unknown as {
+        Check(req: unknown, cb: (err: ServiceError | null, res: { status: string }) => void): void;
+        close(): void;
+      };
+      try {
+        const res = await new Promise<{ status: string }>((resolve, reject) => {
+          health.Check({ service: '' }, (err, r) => {
+            if (err === null) resolve(r);
+            else reject(err);
+          });
+        });
+        expect(res.status).to.equal('SERVING');
+      } finally {
+        health.close();
+      }
+    } finally {
+      allowed.close();
+      intruder.close();
+    }
   });
 });
