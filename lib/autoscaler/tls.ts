@@ -122,7 +122,7 @@ export function validateTlsMaterial(
 }
 
 /** Reads the three files together and validates them. */
-export async function loadTlsMaterial(files: TlsFiles): Promise<TlsMaterial> {
+async function loadTlsMaterial(files: TlsFiles): Promise<TlsMaterial> {
   const [cert, key, clientCA] = await Promise.all([
     readFile(files.certFile),
     readFile(files.keyFile),
@@ -187,14 +187,12 @@ export interface ReloadingTlsOptions {
   clock: Clock;
   logger: Logger;
   metrics: AutoscalerMetrics;
-  /** Quiet time after a file event before the files are read (coalesces one rotation's events). */
-  debounceMs?: number;
-  /** Period of the re-check that needs no file event. */
-  recheckMs?: number;
 }
 
-const DEFAULT_DEBOUNCE_MS = 200;
-const DEFAULT_RECHECK_MS = 60_000;
+/** Quiet time after a file event before the files are read (coalesces one rotation's events). */
+const DEBOUNCE_MS = 200;
+/** Period of the re-check that needs no file event (a filesystem without events, a failed watch). */
+const RECHECK_MS = 60_000;
 
 function sameContent(m: TlsMaterial, cert: Buffer, key: Buffer, clientCA: Buffer): boolean {
   return m.cert.equals(cert) && m.key.equals(key) && m.clientCA.equals(clientCA);
@@ -299,7 +297,7 @@ export class ReloadingServerTls {
     this.debounce = this.opts.clock.setTimeout(() => {
       this.debounce = undefined;
       void this.reload();
-    }, this.opts.debounceMs ?? DEFAULT_DEBOUNCE_MS);
+    }, DEBOUNCE_MS);
   }
 
   private scheduleRecheck(): void {
@@ -308,7 +306,7 @@ export class ReloadingServerTls {
       void this.reload().finally(() => {
         this.scheduleRecheck();
       });
-    }, this.opts.recheckMs ?? DEFAULT_RECHECK_MS);
+    }, RECHECK_MS);
   }
 
   private async reloadOnce(): Promise<ReloadResult> {

@@ -15,6 +15,7 @@ import {
 import { FakeClock } from '../../../lib/kube/clock.js';
 import { CapturingLogger } from '../../../lib/observability/logger.js';
 import { newRegistry, type Registry } from '../../../lib/observability/metrics.js';
+import { eventually } from '../helpers/eventually.js';
 import { createCA, issueCertificate, type CertKey } from '../../harness/certs.js';
 import { metricValue } from '../../harness/metrics.js';
 
@@ -103,7 +104,9 @@ describe('gRPC server TLS material', () => {
       rmSync(dir, { recursive: true, force: true });
     });
 
-    const load = async (): Promise<{
+    const load = async (
+      clock = new FakeClock(),
+    ): Promise<{
       tls: ReloadingServerTls;
       logger: CapturingLogger;
       registry: Registry;
@@ -111,7 +114,7 @@ describe('gRPC server TLS material', () => {
       const logger = new CapturingLogger();
       const registry = newRegistry();
       const tls = await ReloadingServerTls.load(files, {
-        clock: new FakeClock(),
+        clock,
         logger,
         metrics: autoscalerMetrics(registry),
       });
@@ -173,6 +176,26 @@ describe('gRPC server TLS material', () => {
       expect(await tls.reload()).to.equal('reloaded');
       expect(tls.current().clientCAs).to.have.length(2);
       expect(logger.lines.find((l) => l.level === 'info')?.fields.changed).to.deep.equal(['client CA']);
+    });
+
+    it('follows the files once started (a file event or the minute’s re-check) and no longer after stop()', async () => {
+      const clock = new FakeClock();
+      const { tls } = await load(clock);
+      const fingerprintOf = (c: CertKey): string => new X509Certificate(c.certPem).fingerprint256;
+      tls.start();
+      try {
+        writeFileSync(files.certFile, b.certPem);
+        writeFileSync(files.keyFile, b.keyPem);
+        await clock.advance(60_000);
+        await eventually(() => tls.current().server.sha256 === fingerprintOf(b), 'the new set in use');
+      } finally {
+        tls.stop();
+      }
+      writeFileSync(files.certFile, a.certPem);
+      writeFileSync(files.keyFile, a.keyPem);
+      await clock.advance(120_000);
+      expect(await tls.reload()).to.equal('unchanged');
+      expect(tls.current().server.sha256).to.equal(fingerprintOf(b));
     });
   });
 });
