@@ -70,6 +70,8 @@ export interface ManagerConfig {
   grpcTlsCertFile: string;
   grpcTlsKeyFile: string;
   grpcClientCaFile: string;
+  /** Client certificate names (subject CN or DNS SAN) allowed to call; empty = any the client CA signed. */
+  grpcClientAllowedNames: string[];
   /** Plaintext gRPC; only when asked for explicitly. */
   grpcInsecure: boolean;
   /** --nodes entries (gardener's autoscaler form). */
@@ -121,6 +123,7 @@ export const defaultConfig: ManagerConfig = {
   grpcTlsCertFile: '',
   grpcTlsKeyFile: '',
   grpcClientCaFile: '',
+  grpcClientAllowedNames: [],
   grpcInsecure: false,
   nodeGroups: [],
   autoscalerGpuLabel: '',
@@ -158,6 +161,21 @@ function parseNumber(name: string, v: string, opts: { min?: number; integer?: bo
   if (opts.min !== undefined && n < opts.min)
     throw new ConfigError(`--${name}: must be >= ${opts.min}, got ${v}`);
   return n;
+}
+
+/** A comma-separated list of certificate names: no empty entry, no pattern, no control character. */
+function parseAllowedNames(name: string, v: string): string[] {
+  if (v.trim() === '') return [];
+  const names = v.split(',').map((x) => x.trim());
+  for (const n of names) {
+    if (n === '') throw new ConfigError(`--${name}: empty name in "${v}" (a comma too many?)`);
+    if (n.includes('*'))
+      throw new ConfigError(`--${name}: "${n}" is a pattern; names match exactly, list each one`);
+    // eslint-disable-next-line no-control-regex
+    if (/[\x00-\x1f\x7f]/.test(n))
+      throw new ConfigError(`--${name}: ${JSON.stringify(n)} holds a control character`);
+  }
+  return [...new Set(names)];
 }
 
 type Setter = (c: ManagerConfig, v: string, name: string) => void;
@@ -355,6 +373,10 @@ const flags: Record<string, { help: string; set: Setter; boolean?: true }> = {
     help: 'PEM CA bundle that signs the autoscaler client certificates (client certificates are required)',
     set: (c, v) => (c.grpcClientCaFile = v),
   },
+  'grpc-client-allowed-names': {
+    help: 'comma-separated names a client certificate must carry, as its subject common name or a DNS subject alternative name (exact match), to call the CloudProvider service; others get PERMISSION_DENIED (empty: any certificate the client CA signed)',
+    set: (c, v, n) => (c.grpcClientAllowedNames = parseAllowedNames(n, v)),
+  },
   'grpc-insecure': {
     help: 'serve gRPC in plaintext without client authentication (local development only)',
     set: (c, v, n) => (c.grpcInsecure = parseBool(n, v)),
@@ -454,6 +476,7 @@ const FLAG_GROUPS: [string, string[]][] = [
       'grpc-tls-cert-file',
       'grpc-tls-key-file',
       'grpc-client-ca-file',
+      'grpc-client-allowed-names',
       'grpc-insecure',
       'nodes',
       'autoscaler-gpu-label',
@@ -497,6 +520,7 @@ export function parseArgs(argv: readonly string[]): ManagerConfig | 'help' {
     controllers: [...defaultConfig.controllers],
     nodeGroups: [],
     autoscalerGpuTypes: [],
+    grpcClientAllowedNames: [],
   };
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i] ?? '';
@@ -584,6 +608,11 @@ function validateGrpc(c: ManagerConfig): void {
     'grpc-client-ca-file': c.grpcClientCaFile,
   };
   const given = Object.entries(tls).filter(([, v]) => v !== '');
+  if (c.grpcInsecure && c.grpcClientAllowedNames.length > 0) {
+    throw new ConfigError(
+      '--grpc-client-allowed-names needs mutual TLS (it matches client certificates): drop --grpc-insecure',
+    );
+  }
   if (c.grpcInsecure && given.length > 0) {
     throw new ConfigError(
       `--grpc-insecure contradicts ${given.map(([k]) => `--${k}`).join(', ')}: drop --grpc-insecure to serve mutual TLS`,

@@ -368,7 +368,12 @@ export class Manager {
       address: c.grpcAddress,
       tls: c.grpcInsecure
         ? undefined
-        : { certFile: c.grpcTlsCertFile, keyFile: c.grpcTlsKeyFile, clientCAFile: c.grpcClientCaFile },
+        : {
+            certFile: c.grpcTlsCertFile,
+            keyFile: c.grpcTlsKeyFile,
+            clientCAFile: c.grpcClientCaFile,
+            allowedClientNames: c.grpcClientAllowedNames,
+          },
       groups: c.nodeGroups,
       gpuLabel: c.autoscalerGpuLabel,
       gpuTypes: c.autoscalerGpuTypes,

@@ -4,6 +4,8 @@ export interface AutoscalerMetrics {
   requests: Counter<'method' | 'code'>;
   duration: Histogram<'method'>;
   groups: Gauge;
+  serverCertificateExpiry: Gauge;
+  tlsReloads: Counter<'result'>;
 }
 
 const byRegistry = new WeakMap<Registry, AutoscalerMetrics>();
@@ -29,6 +31,17 @@ export function autoscalerMetrics(registry: Registry): AutoscalerMetrics {
       groups: new Gauge({
         name: 'mcm_autoscaler_node_groups',
         help: 'Node groups (MachineDeployments) served to the cluster-autoscaler.',
+        registers: [registry],
+      }),
+      serverCertificateExpiry: new Gauge({
+        name: 'mcm_autoscaler_grpc_server_certificate_expiry_timestamp_seconds',
+        help: 'When the gRPC server certificate in use expires (Unix time); follows the files as they are reloaded.',
+        registers: [registry],
+      }),
+      tlsReloads: new Counter({
+        name: 'mcm_autoscaler_grpc_tls_reloads_total',
+        help: 'Changes of the gRPC TLS files: success when taken into use, failure when a changed set could not be used (counted once per problem).',
+        labelNames: ['result'],
         registers: [registry],
       }),
     };

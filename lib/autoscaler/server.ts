@@ -4,8 +4,6 @@
 // deployment (replicas, and the trigger-deletion annotation naming the machines to remove), and the
 // MachineDeployment, MachineSet and Machine controllers do the rest under their safety limits.
 
-import { readFileSync } from 'node:fs';
-
 import {
   Server,
   ServerCredentials,
@@ -38,6 +36,7 @@ import {
 import type { NodeGroup, NodeGroupFlag } from './groups.js';
 import { instanceOf } from './instances.js';
 import { GroupLookup, type NodeRef } from './lookup.js';
+import { RefusalLog, clientIdentity, describeClient, isAllowedClient } from './authz.js';
 import { autoscalerMetrics, type AutoscalerMetrics } from './metrics.js';
 import { CLOUD_PROVIDER_SERVICE, cloudProviderService, encodeNode, healthService } from './proto.js';
 import {
@@ -49,13 +48,19 @@ import {
   type DeletePlan,
 } from './scaling.js';
 import { buildTemplateNode } from './template.js';
+import { ReloadingServerTls, describeTlsMaterial } from './tls.js';
 import { rfc3339 } from '../controllers/conditions.js';
 
 export interface AutoscalerServerOptions {
   /** HOST:PORT to listen on. */
   address: string;
-  /** mTLS material; undefined only with --grpc-insecure. */
-  tls: { certFile: string; keyFile: string; clientCAFile: string } | undefined;
+  /**
+   * mTLS material (reloaded when the files change) and the client certificate names allowed to
+   * call (empty: any the client CA signed); undefined only with --grpc-insecure.
+   */
+  tls:
+    | { certFile: string; keyFile: string; clientCAFile: string; allowedClientNames: readonly string[] }
+    | undefined;
   groups: readonly NodeGroupFlag[];
   gpuLabel: string;
   gpuTypes: readonly string[];
@@ -104,6 +109,9 @@ export class AutoscalerServer {
   private readonly log: Logger;
   private readonly locks = new Map<string, Promise<void>>();
   private readonly healthWatchers = new Set<ServerWritableStream<unknown, unknown>>();
+  private readonly allowedClients: ReadonlySet<string>;
+  private readonly refusals: RefusalLog;
+  private tls: ReloadingServerTls | undefined;
   private serving = false;
   port = 0;
 
@@ -111,6 +119,8 @@ export class AutoscalerServer {
     this.log = opts.logger.child({ component: 'autoscaler-grpc' });
     this.lookup = new GroupLookup(opts.informers, opts.namespace, opts.groups, opts.clock, this.log);
     this.metrics = autoscalerMetrics(opts.registry);
+    this.allowedClients = new Set(opts.tls?.allowedClientNames ?? []);
+    this.refusals = new RefusalLog(opts.clock, this.log);
     const handlers: Record<string, Handler> = {
       NodeGroups: () => this.nodeGroups(),
       NodeGroupForNode: (req) => this.nodeGroupForNode(req.node as WireNode | undefined),
@@ -141,6 +151,9 @@ export class AutoscalerServer {
     const impl: UntypedServiceImplementation = {};
     for (const [method, fn] of Object.entries(handlers)) impl[method] = this.unary(method, fn);
     this.server.addService(cloudProviderService(), impl);
+    // Health stays open to every client the handshake accepted (the allowlist guards the
+    // CloudProvider service only): it tells no more than SERVING or NOT_SERVING, and probes
+    // such as grpc_health_probe need not carry the autoscaler's identity.
     this.server.addService(healthService(), {
       Check: (call: ServerUnaryCall<{ service?: string }, unknown>, cb: sendUnaryData<unknown>) => {
         const s = this.healthStatus(call.request.service ?? '');
@@ -162,31 +175,36 @@ export class AutoscalerServer {
   }
 
   async start(): Promise<void> {
-    const creds =
-      this.opts.tls === undefined
-        ? ServerCredentials.createInsecure()
-        : ServerCredentials.createSsl(
-            readFileSync(this.opts.tls.clientCAFile),
-            [
-              {
-                cert_chain: readFileSync(this.opts.tls.certFile),
-                private_key: readFileSync(this.opts.tls.keyFile),
-              },
-            ],
-            true,
-          );
+    if (this.opts.tls !== undefined) {
+      this.tls = await ReloadingServerTls.load(this.opts.tls, {
+        clock: this.opts.clock,
+        logger: this.log,
+        metrics: this.metrics,
+      });
+    }
+    const creds = this.tls === undefined ? ServerCredentials.createInsecure() : this.tls.credentials;
     this.port = await new Promise<number>((resolve, reject) => {
       this.server.bindAsync(this.opts.address, creds, (err, port) => {
         if (err === null) resolve(port);
         else reject(err);
       });
     });
+    this.tls?.start();
     this.serving = true;
     this.notifyHealth();
     this.log.info('externalgrpc server listening', {
       address: this.opts.address,
       port: this.port,
-      tls: this.opts.tls === undefined ? 'off (--grpc-insecure)' : 'mutual',
+      tls: this.tls === undefined ? 'off (--grpc-insecure)' : 'mutual',
+      ...(this.tls === undefined
+        ? {}
+        : {
+            ...describeTlsMaterial(this.tls.current()),
+            allowedClientNames:
+              this.allowedClients.size === 0
+                ? 'any client certificate the client CA signed'
+                : [...this.allowedClients],
+          }),
       groups: this.lookup.groups().map((g) => `${g.id} (${g.min}:${g.max})`),
     });
   }
@@ -194,6 +212,7 @@ export class AutoscalerServer {
   /** Stops taking calls, lets running ones finish (bounded), then closes. */
   async stop(graceMs = 5000): Promise<void> {
     this.serving = false;
+    this.tls?.stop();
     this.notifyHealth();
     for (const w of this.healthWatchers) w.end();
     this.healthWatchers.clear();
@@ -213,13 +232,26 @@ export class AutoscalerServer {
     for (const w of this.healthWatchers) w.write({ status: this.healthStatus('') });
   }
 
-  /** Wraps a handler: status mapping, metrics, one debug line per call. */
+  /** Wraps a handler: authorization, status mapping, metrics, one debug line per call. */
   private unary(method: string, fn: Handler) {
     return (
       call: ServerUnaryCall<Record<string, unknown>, unknown>,
       callback: sendUnaryData<unknown>,
     ): void => {
       const started = process.hrtime.bigint();
+      if (this.allowedClients.size > 0) {
+        const id = clientIdentity(call.getAuthContext().sslPeerCertificate);
+        if (!isAllowedClient(id, this.allowedClients)) {
+          const client = describeClient(id);
+          this.done(method, started, status[status.PERMISSION_DENIED]);
+          this.refusals.refused(client, method);
+          callback({
+            code: status.PERMISSION_DENIED,
+            details: `the client certificate (${client}) is not allowed to call this server (--grpc-client-allowed-names)`,
+          });
+          return;
+        }
+      }
       const d = call.getDeadline();
       const deadline = d instanceof Date ? d.getTime() : Number.isFinite(d) ? d : Date.now() + 30_000;
       Promise.resolve()

@@ -7,6 +7,7 @@ import {
   credentials,
   loadPackageDefinition,
   type ChannelCredentials,
+  type ChannelOptions,
   type Client,
   type ServiceError,
 } from '@grpc/grpc-js';
@@ -29,6 +30,7 @@ export interface CloudProviderClient {
 export function cloudProviderClient(
   address: string,
   creds: ChannelCredentials = credentials.createInsecure(),
+  options: ChannelOptions = {},
 ): CloudProviderClient {
   const def = loadSync(path.join(repoRoot, 'protos', 'externalgrpc.proto'), {
     keepCase: true,
@@ -40,13 +42,18 @@ export function cloudProviderClient(
   const pkg = loadPackageDefinition(def) as unknown as {
     clusterautoscaler: {
       cloudprovider: {
-        v1: { externalgrpc: { CloudProvider: new (a: string, c: ChannelCredentials) => Client } };
+        v1: {
+          externalgrpc: {
+            CloudProvider: new (a: string, c: ChannelCredentials, o: ChannelOptions) => Client;
+          };
+        };
       };
     };
   };
   const client = new pkg.clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider(
     address,
     creds,
+    options,
   ) as Client &
     Record<
       string,

@@ -6,11 +6,13 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import tls from 'node:tls';
 
+import { credentials, status } from '@grpc/grpc-js';
 import { expect } from 'chai';
 
 import { allCRDs } from '../../lib/api/crds.js';
 import { usage } from '../../lib/config.js';
 import { startControlPlane, type ControlPlane } from '../harness/controlplane.js';
+import { cloudProviderClient, grpcCode, type CloudProviderClient } from '../harness/grpcclient.js';
 import { freePort } from '../harness/process.js';
 import { binaryPath, repoRoot } from '../harness/tools.js';
 import { CHART_DIR, Helm, findDoc, metricNamesIn, parseManifests, type K8sDoc } from './env/chart.js';
@@ -41,6 +43,7 @@ const CHART_MANAGED_FLAGS = [
   'grpc-tls-cert-file',
   'grpc-tls-key-file',
   'grpc-client-ca-file',
+  'grpc-client-allowed-names',
   'grpc-insecure',
   'nodes',
 ];
@@ -72,11 +75,18 @@ interface Container {
   ports: { name: string; containerPort: number }[];
   volumeMounts: { name: string; mountPath: string }[];
 }
+interface ProjectedSecret {
+  secret: { name: string; items: { key: string; path: string }[] };
+}
 interface PodSpec {
   securityContext: Record<string, unknown>;
   serviceAccountName: string;
   containers: Container[];
-  volumes: { name: string; secret?: { secretName: string } }[];
+  volumes: {
+    name: string;
+    secret?: { secretName: string };
+    projected?: { sources: ProjectedSecret[] };
+  }[];
 }
 interface Rule {
   apiGroups: string[];
@@ -84,6 +94,11 @@ interface Rule {
   verbs: string[];
 }
 const podSpec = (d: K8sDoc): PodSpec => (d.spec as { template: { spec: PodSpec } }).template.spec;
+/** The gRPC TLS volume's files: [Secret, key, path in the mount]. */
+const grpcTlsFiles = (d: K8sDoc): [string, string, string][] =>
+  (podSpec(d).volumes.find((v) => v.name === 'grpc-tls')?.projected?.sources ?? []).flatMap((s) =>
+    s.secret.items.map((i): [string, string, string] => [s.secret.name, i.key, i.path]),
+  );
 const container = (d: K8sDoc): Container => {
   const c = podSpec(d).containers[0];
   if (c === undefined) throw new Error('Deployment has no container');
@@ -176,6 +191,9 @@ describe('Helm chart charts/machine-controller-manager', function () {
         ['replicas=2', /additional properties 'replicas' not allowed/i],
         ['grpc.tsl.enabled=true', /additional properties 'tsl' not allowed/i],
         ['tls.certManager.issuer=x', /additional properties 'issuer' not allowed/i],
+        ['tls.allowedClientNames={cluster-*}', /does not match pattern/i],
+        ['tls.allowedClientNames={a,,b}', /allowedClientNames/i],
+        ['tls.clientCA.secret=x', /additional properties 'secret' not allowed/i],
         ['metrics.serviceMonitor.intervall=1m', /additional properties 'intervall' not allowed/i],
         [
           'grpc.nodeGroups[0].name=w,grpc.nodeGroups[0].min=1,grpc.nodeGroups[0].max=2,grpc.nodeGroups[0].size=3',
@@ -294,13 +312,18 @@ describe('Helm chart charts/machine-controller-manager', function () {
         '--grpc-address=0.0.0.0:8086',
         '--grpc-tls-cert-file=/etc/mcm/grpc-tls/tls.crt',
         '--grpc-tls-key-file=/etc/mcm/grpc-tls/tls.key',
-        '--grpc-client-ca-file=/etc/mcm/grpc-tls/ca.crt',
+        '--grpc-client-ca-file=/etc/mcm/grpc-tls/client-ca.crt',
+        '--grpc-client-allowed-names=cluster-autoscaler',
       ]);
       expect(c.args).to.not.include('--grpc-insecure');
       expect(c.volumeMounts.map((m) => m.mountPath)).to.include.members(['/tmp', '/etc/mcm/grpc-tls']);
-      expect(pod.volumes.find((v) => v.name === 'grpc-tls')?.secret?.secretName).to.equal(
-        `${FULLNAME}-grpc-server-tls`,
-      );
+      // One projected volume (one atomic swap on renewal); the client CA is the chart's own, and no
+      // CA key is mounted.
+      expect(grpcTlsFiles(d)).to.deep.equal([
+        [`${FULLNAME}-grpc-server-tls`, 'tls.crt', 'tls.crt'],
+        [`${FULLNAME}-grpc-server-tls`, 'tls.key', 'tls.key'],
+        [`${FULLNAME}-grpc-client-ca`, 'tls.crt', 'client-ca.crt'],
+      ]);
       const grpcSvc = findDoc(docs, 'Service', '-grpc');
       expect((grpcSvc.spec as { ports: { port: number }[] }).ports[0]?.port).to.equal(8086);
       const metricsSvc = findDoc(docs, 'Service', '-metrics');
@@ -401,7 +424,7 @@ describe('Helm chart charts/machine-controller-manager', function () {
       expect(missing.stderr).to.contain('targetCluster.kubeconfigSecret.name is empty');
     });
 
-    it('takes the gRPC certificates from cert-manager or from a named Secret when asked', async () => {
+    it('takes the gRPC certificates from cert-manager or from a named Secret when asked, each with its client CA and allowed names', async () => {
       const cm = parseManifests(await helm.template(RELEASE, NS, ['--set', 'tls.certManager.enabled=true']));
       expect(cm.filter((d) => d.kind === 'Secret')).to.deep.equal([]);
       const server = findDoc(cm, 'Certificate', '-grpc-server-tls');
@@ -410,19 +433,84 @@ describe('Helm chart charts/machine-controller-manager', function () {
       expect(spec.usages).to.deep.equal(['server auth']);
       expect(spec.issuerRef.name).to.equal(`${FULLNAME}-grpc-ca`);
       const client = findDoc(cm, 'Certificate', '-autoscaler-client-tls');
-      expect((client.spec as { usages: string[] }).usages).to.deep.equal(['client auth']);
+      const clientSpec = client.spec as { usages: string[]; commonName: string; issuerRef: { name: string } };
+      expect(clientSpec.usages).to.deep.equal(['client auth']);
+      expect(clientSpec.commonName).to.equal('cluster-autoscaler');
+      // The client certificate comes from a CA of its own, not from the server's.
+      expect(clientSpec.issuerRef.name).to.equal(`${FULLNAME}-grpc-client-ca`);
+      expect((findDoc(cm, 'Certificate', '-grpc-client-ca').spec as { isCA: boolean }).isCA).to.equal(true);
       expect(cm.filter((d) => d.kind === 'Issuer').map((d) => d.metadata.name)).to.have.members([
         `${FULLNAME}-selfsigned`,
         `${FULLNAME}-grpc-ca`,
+        `${FULLNAME}-grpc-client-ca`,
       ]);
+      const cmDeployment = findDoc(cm, 'Deployment');
+      expect(grpcTlsFiles(cmDeployment)).to.deep.include([
+        `${FULLNAME}-grpc-client-ca`,
+        'tls.crt',
+        'client-ca.crt',
+      ]);
+      expect(container(cmDeployment).args).to.include('--grpc-client-allowed-names=cluster-autoscaler');
 
+      // Your issuer signs both, and its CA verifies clients (as before); the name still narrows it.
+      const corp = parseManifests(
+        await helm.template(RELEASE, NS, [
+          '--set',
+          'tls.certManager.enabled=true,tls.certManager.issuerRef.name=corp,tls.certManager.issuerRef.kind=ClusterIssuer',
+        ]),
+      );
+      expect(
+        (findDoc(corp, 'Certificate', '-autoscaler-client-tls').spec as { issuerRef: { name: string } })
+          .issuerRef.name,
+      ).to.equal('corp');
+      expect(corp.filter((d) => d.kind === 'Issuer')).to.deep.equal([]);
+      expect(grpcTlsFiles(findDoc(corp, 'Deployment'))).to.deep.include([
+        `${FULLNAME}-grpc-server-tls`,
+        'ca.crt',
+        'client-ca.crt',
+      ]);
+      expect(container(findDoc(corp, 'Deployment')).args).to.include(
+        '--grpc-client-allowed-names=cluster-autoscaler',
+      );
+
+      // Your Secret: its ca.crt verifies clients and any name passes, as before...
       const own = parseManifests(
         await helm.template(RELEASE, NS, ['--set', 'tls.existingSecret=my-grpc-tls']),
       );
       expect(own.filter((d) => d.kind === 'Secret' || d.kind === 'Certificate')).to.deep.equal([]);
+      expect(grpcTlsFiles(findDoc(own, 'Deployment'))).to.deep.equal([
+        ['my-grpc-tls', 'tls.crt', 'tls.crt'],
+        ['my-grpc-tls', 'tls.key', 'tls.key'],
+        ['my-grpc-tls', 'ca.crt', 'client-ca.crt'],
+      ]);
       expect(
-        podSpec(findDoc(own, 'Deployment')).volumes.find((v) => v.name === 'grpc-tls')?.secret?.secretName,
-      ).to.equal('my-grpc-tls');
+        container(findDoc(own, 'Deployment')).args.filter((a) => a.includes('allowed-names')),
+      ).to.deep.equal([]);
+      // ...unless you name the client CA and the allowed names.
+      const ownNarrowed = parseManifests(
+        await helm.template(RELEASE, NS, [
+          '--set',
+          'tls.existingSecret=my-grpc-tls,tls.clientCA.existingSecret=autoscaler-ca,tls.clientCA.key=bundle.pem,' +
+            'tls.allowedClientNames={cluster-autoscaler,ca.kube-system.svc}',
+        ]),
+      );
+      expect(grpcTlsFiles(findDoc(ownNarrowed, 'Deployment'))).to.deep.include([
+        'autoscaler-ca',
+        'bundle.pem',
+        'client-ca.crt',
+      ]);
+      expect(container(findDoc(ownNarrowed, 'Deployment')).args).to.include(
+        '--grpc-client-allowed-names=cluster-autoscaler,ca.kube-system.svc',
+      );
+      const stray = await helm.run([
+        'template',
+        RELEASE,
+        CHART_DIR,
+        '--set',
+        'tls.clientCA.existingSecret=x',
+      ]);
+      expect(stray.code).to.not.equal(0);
+      expect(stray.stderr).to.contain('tls.clientCA.existingSecret is set without tls.existingSecret');
     });
 
     it('alerts and dashboard use only metrics of the manager and name the conditions worth paging for', async () => {
@@ -562,20 +650,48 @@ describe('Helm chart charts/machine-controller-manager', function () {
         return (JSON.parse(r.stdout) as { data: Record<string, string> }).data;
       };
       const before = await secretData(`${FULLNAME}-grpc-server-tls`);
+      const clientCABefore = await secretData(`${FULLNAME}-grpc-client-ca`);
       const clientBefore = await secretData(`${FULLNAME}-autoscaler-client-tls`);
-      const upgrade = await helmK.run([
-        'upgrade',
-        RELEASE,
-        CHART_DIR,
-        '--namespace',
-        NS,
-        '--reuse-values',
-        '--set',
-        'logging.verbosity=3',
-      ]);
-      expect(upgrade.code, upgrade.stderr).to.equal(0);
+      const upgrade = async (): Promise<void> => {
+        const r = await helmK.run([
+          'upgrade',
+          RELEASE,
+          CHART_DIR,
+          '--namespace',
+          NS,
+          '--reuse-values',
+          '--set',
+          'logging.verbosity=3',
+        ]);
+        expect(r.code, r.stderr).to.equal(0);
+      };
+      await upgrade();
       expect(await secretData(`${FULLNAME}-grpc-server-tls`)).to.deep.equal(before);
+      expect(await secretData(`${FULLNAME}-grpc-client-ca`)).to.deep.equal(clientCABefore);
       expect(await secretData(`${FULLNAME}-autoscaler-client-tls`)).to.deep.equal(clientBefore);
+
+      // A client Secret from before the separate client CA (no record of the CA that issued it) is
+      // issued again, from the client CA; the server's certificates stay.
+      const unmark = await kubectl([
+        'annotate',
+        'secret',
+        `${FULLNAME}-autoscaler-client-tls`,
+        '-n',
+        NS,
+        'mcm-ts.io/client-ca-sha256-',
+      ]);
+      expect(unmark.code, unmark.stderr).to.equal(0);
+      await upgrade();
+      const reissued = await secretData(`${FULLNAME}-autoscaler-client-tls`);
+      expect(reissued['tls.crt']).to.not.equal(clientBefore['tls.crt']);
+      expect(reissued['ca.crt']).to.equal(before['ca.crt']);
+      const pemOf = (b64: string | undefined): string => Buffer.from(b64 ?? '', 'base64').toString();
+      expect(
+        new X509Certificate(pemOf(reissued['tls.crt'])).verify(
+          new X509Certificate(pemOf(clientCABefore['tls.crt'])).publicKey,
+        ),
+      ).to.equal(true);
+      expect(await secretData(`${FULLNAME}-grpc-server-tls`)).to.deep.equal(before);
     });
 
     it('prints the cluster-autoscaler cloud-config and flags in NOTES.txt', async () => {
@@ -590,7 +706,7 @@ describe('Helm chart charts/machine-controller-manager', function () {
       expect(notes).to.contain('--cloud-config=');
       expect(notes).to.contain(`${NS}/${FULLNAME}-autoscaler-client-tls`);
     });
-    it('the generated certificates do mTLS for the Service name and refuse a client without a certificate', async () => {
+    it('the generated certificates do mTLS for the Service name with a client CA of their own: the client certificate passes, none or one from the server CA is refused', async () => {
       const read = async (name: string): Promise<Record<string, string>> => {
         const r = await kubectl(['get', 'secret', name, '-n', NS, '-o', 'json']);
         const data = (JSON.parse(r.stdout) as { data: Record<string, string> }).data;
@@ -600,18 +716,26 @@ describe('Helm chart charts/machine-controller-manager', function () {
       };
       const server = await read(`${FULLNAME}-grpc-server-tls`);
       const client = await read(`${FULLNAME}-autoscaler-client-tls`);
+      const clientCAPem = (await read(`${FULLNAME}-grpc-client-ca`))['tls.crt'] ?? '';
       const ca = new X509Certificate(server['ca.crt'] ?? '');
+      const clientCA = new X509Certificate(clientCAPem);
       const serverCert = new X509Certificate(server['tls.crt'] ?? '');
+      const clientCert = new X509Certificate(client['tls.crt'] ?? '');
       expect(serverCert.verify(ca.publicKey)).to.equal(true);
       expect(serverCert.subjectAltName).to.contain(`DNS:${FULLNAME}-grpc.${NS}.svc`);
-      expect(new X509Certificate(client['tls.crt'] ?? '').verify(ca.publicKey)).to.equal(true);
+      expect(clientCA.fingerprint256).to.not.equal(ca.fingerprint256);
+      expect(clientCert.verify(clientCA.publicKey)).to.equal(true);
+      expect(clientCert.verify(ca.publicKey)).to.equal(false);
+      expect(clientCert.subject).to.equal('CN=cluster-autoscaler');
+      // The autoscaler verifies the server with the client Secret's ca.crt.
       expect(client['ca.crt']).to.equal(server['ca.crt']);
 
+      // A TLS server set up as the Deployment sets up the manager (client CA = the chart's own).
       const srv = tls.createServer(
         {
           cert: server['tls.crt'],
           key: server['tls.key'],
-          ca: server['ca.crt'],
+          ca: clientCAPem,
           requestCert: true,
           rejectUnauthorized: true,
         },
@@ -621,14 +745,14 @@ describe('Helm chart charts/machine-controller-manager', function () {
       );
       await new Promise<void>((resolve) => srv.listen(0, '127.0.0.1', resolve));
       const port = (srv.address() as { port: number }).port;
-      const connect = (withClientCert: boolean): Promise<string> =>
+      const connect = (id: { cert?: string | undefined; key?: string | undefined }): Promise<string> =>
         new Promise((resolve, reject) => {
           const s = tls.connect({
             host: '127.0.0.1',
             port,
             servername: `${FULLNAME}-grpc.${NS}.svc`,
             ca: client['ca.crt'],
-            ...(withClientCert ? { cert: client['tls.crt'], key: client['tls.key'] } : {}),
+            ...id,
           });
           let got = '';
           s.setEncoding('utf8');
@@ -638,16 +762,24 @@ describe('Helm chart charts/machine-controller-manager', function () {
           });
           s.on('error', reject);
         });
-      try {
-        expect(await connect(true)).to.equal('hello');
-        let refused = false;
+      const refused = async (id: {
+        cert?: string | undefined;
+        key?: string | undefined;
+      }): Promise<boolean> => {
         try {
-          const got = await connect(false);
-          refused = got !== 'hello';
+          return (await connect(id)) !== 'hello';
         } catch {
-          refused = true;
+          return true;
         }
-        expect(refused, 'a client without a certificate got through').to.equal(true);
+      };
+      try {
+        expect(await connect({ cert: client['tls.crt'], key: client['tls.key'] })).to.equal('hello');
+        expect(await refused({}), 'a client without a certificate got through').to.equal(true);
+        // The server certificate (from the server CA, with clientAuth usage) as a client certificate.
+        expect(
+          await refused({ cert: server['tls.crt'], key: server['tls.key'] }),
+          'a certificate of the server CA got through',
+        ).to.equal(true);
       } finally {
         srv.close();
       }
@@ -851,10 +983,13 @@ describe('Helm chart charts/machine-controller-manager', function () {
       const metricsPort = await freePort();
       const grpcPort = await freePort();
       if (grpc) {
-        const r = await kubectl(['get', 'secret', `${FULLNAME}-grpc-server-tls`, '-n', NS, '-o', 'json']);
-        const data = (JSON.parse(r.stdout) as { data: Record<string, string> }).data;
-        for (const k of ['tls.crt', 'tls.key', 'ca.crt'])
-          writeFileSync(path.join(work, k), Buffer.from(data[k] ?? '', 'base64'));
+        // The files of the Deployment's projected gRPC TLS volume, as the kubelet would mount them.
+        for (const [secret, key, file] of grpcTlsFiles(deployment)) {
+          const r = await kubectl(['get', 'secret', secret, '-n', NS, '-o', 'json']);
+          expect(r.code, r.stderr).to.equal(0);
+          const data = (JSON.parse(r.stdout) as { data: Record<string, string> }).data;
+          writeFileSync(path.join(work, file), Buffer.from(data[key] ?? '', 'base64'));
+        }
       }
       const args = container(deployment).args.flatMap((a): string[] => {
         if (a.startsWith('--control-kubeconfig=')) return [`--control-kubeconfig=${kubeconfig}`];
@@ -971,38 +1106,42 @@ describe('Helm chart charts/machine-controller-manager', function () {
         );
 
         if (grpc) {
-          // The gRPC server took the chart's server certificate and accepts the chart's client
-          // certificate for the Service name, as cluster-autoscaler will present them.
-          const r = await kubectl([
-            'get',
-            'secret',
-            `${FULLNAME}-autoscaler-client-tls`,
-            '-n',
-            NS,
-            '-o',
-            'json',
-          ]);
-          const data = (JSON.parse(r.stdout) as { data: Record<string, string> }).data;
-          const pem = (k: string): string => Buffer.from(data[k] ?? '', 'base64').toString();
-          const authorized = await new Promise<boolean>((resolve, reject) => {
-            const socket = tls.connect(
+          // The gRPC server took the chart's server certificate and serves the chart's client
+          // certificate for the Service name, as cluster-autoscaler will present them; a client
+          // certificate of the server CA (the server's own, which carries clientAuth) is refused.
+          const secret = async (name: string): Promise<(k: string) => Buffer> => {
+            const r = await kubectl(['get', 'secret', name, '-n', NS, '-o', 'json']);
+            const data = (JSON.parse(r.stdout) as { data: Record<string, string> }).data;
+            return (k) => Buffer.from(data[k] ?? '', 'base64');
+          };
+          const clientPem = await secret(`${FULLNAME}-autoscaler-client-tls`);
+          const serverPem = await secret(`${FULLNAME}-grpc-server-tls`);
+          const dial = (cert: Buffer, key: Buffer): CloudProviderClient =>
+            cloudProviderClient(
+              `127.0.0.1:${grpcPort}`,
+              credentials.createSsl(clientPem('ca.crt'), key, cert),
               {
-                host: '127.0.0.1',
-                port: grpcPort,
-                servername: `${FULLNAME}-grpc.${NS}.svc`,
-                ca: pem('ca.crt'),
-                cert: pem('tls.crt'),
-                key: pem('tls.key'),
-                ALPNProtocols: ['h2'],
-              },
-              () => {
-                resolve(socket.authorized);
-                socket.end();
+                'grpc.ssl_target_name_override': `${FULLNAME}-grpc.${NS}.svc`,
+                'grpc.use_local_subchannel_pool': 1,
               },
             );
-            socket.on('error', reject);
-          });
-          expect(authorized).to.equal(true);
+          const autoscaler = dial(clientPem('tls.crt'), clientPem('tls.key'));
+          const intruder = dial(serverPem('tls.crt'), serverPem('tls.key'));
+          try {
+            const groups = (await autoscaler.call('NodeGroups')).nodeGroups as { id: string }[];
+            expect(groups.map((g) => g.id)).to.deep.equal([`${NS}/workers`]);
+            let code: number | undefined;
+            try {
+              await intruder.call('NodeGroups');
+            } catch (err) {
+              code = grpcCode(err);
+            }
+            // Refused at the handshake (UNAVAILABLE); PERMISSION_DENIED would also keep it out.
+            expect([status.UNAVAILABLE, status.PERMISSION_DENIED]).to.include(code);
+          } finally {
+            autoscaler.close();
+            intruder.close();
+          }
         }
 
         // Every metric family the alerts and the dashboard use is exported (or comes with pending work).

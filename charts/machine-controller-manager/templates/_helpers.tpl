@@ -64,7 +64,7 @@ app.kubernetes.io/component: machine-controller-manager
 {{- if and .Values.grpc.enabled (not .Values.grpc.insecure) }}true{{- end }}
 {{- end }}
 
-{{/* Secret with the server certificate (tls.crt, tls.key) and the client CA (ca.crt). */}}
+{{/* Secret with the server certificate (tls.crt, tls.key) and the CA that signed it (ca.crt). */}}
 {{- define "mcm.grpcServerSecretName" -}}
 {{- if .Values.tls.existingSecret }}
 {{- .Values.tls.existingSecret }}
@@ -75,6 +75,50 @@ app.kubernetes.io/component: machine-controller-manager
 
 {{- define "mcm.grpcCASecretName" -}}
 {{- printf "%s-grpc-ca" (include "mcm.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "mcm.grpcClientCASecretNameOwn" -}}
+{{- printf "%s-grpc-client-ca" (include "mcm.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Common name of the client certificate the chart issues for cluster-autoscaler. */}}
+{{- define "mcm.clientCommonName" -}}cluster-autoscaler{{- end }}
+
+{{/*
+Whether the chart makes the CA that signs client certificates (its own, separate from the server
+CA): with generated certificates, and with cert-manager when the chart also makes the server CA.
+*/}}
+{{- define "mcm.grpcOwnClientCA" -}}
+{{- if and (not .Values.tls.existingSecret) (not (and .Values.tls.certManager.enabled .Values.tls.certManager.issuerRef.name)) }}true{{- end }}
+{{- end }}
+
+{{/*
+Secret and key of the CA bundle that verifies client certificates (--grpc-client-ca-file), as JSON
+{"name", "key"}: with tls.existingSecret, tls.clientCA.existingSecret (default: tls.existingSecret)
+and tls.clientCA.key (default ca.crt, as before); with cert-manager and your issuerRef, ca.crt of
+the server Secret (the issuer's CA, as before); else the chart's own client CA.
+*/}}
+{{- define "mcm.grpcClientCA" -}}
+{{- if .Values.tls.existingSecret }}
+{{- dict "name" (default .Values.tls.existingSecret .Values.tls.clientCA.existingSecret) "key" .Values.tls.clientCA.key | toJson }}
+{{- else if include "mcm.grpcOwnClientCA" . }}
+{{- dict "name" (include "mcm.grpcClientCASecretNameOwn" .) "key" "tls.crt" | toJson }}
+{{- else }}
+{{- dict "name" (include "mcm.grpcServerSecretName" .) "key" "ca.crt" | toJson }}
+{{- end }}
+{{- end }}
+
+{{/*
+--grpc-client-allowed-names, comma-separated (empty: any client certificate the client CA signed):
+tls.allowedClientNames when set; else the common name of the client certificate the chart issues
+(when it issues one); else empty, as before.
+*/}}
+{{- define "mcm.grpcAllowedClientNames" -}}
+{{- if .Values.tls.allowedClientNames }}
+{{- join "," .Values.tls.allowedClientNames }}
+{{- else if and .Values.tls.clientSecret.create (not .Values.tls.existingSecret) }}
+{{- include "mcm.clientCommonName" . }}
+{{- end }}
 {{- end }}
 
 {{- define "mcm.clientSecretName" -}}
@@ -108,6 +152,9 @@ app.kubernetes.io/component: machine-controller-manager
 {{- end }}
 {{- if and .Values.tls.existingSecret .Values.tls.certManager.enabled }}
 {{- fail "tls.existingSecret and tls.certManager.enabled are both set: choose one source of the gRPC certificates" }}
+{{- end }}
+{{- if and .Values.tls.clientCA.existingSecret (not .Values.tls.existingSecret) }}
+{{- fail "tls.clientCA.existingSecret is set without tls.existingSecret: it names the client CA that goes with your own server Secret; generated and cert-manager certificates come with a client CA of their own" }}
 {{- end }}
 {{- if and .Values.podDisruptionBudget.enabled (not (kindIs "invalid" .Values.podDisruptionBudget.minAvailable)) (not (kindIs "invalid" .Values.podDisruptionBudget.maxUnavailable)) }}
 {{- fail "podDisruptionBudget: set either minAvailable or maxUnavailable (set the other to null)" }}

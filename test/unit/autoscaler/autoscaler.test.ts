@@ -444,4 +444,50 @@ describe('gRPC flags', () => {
     ]);
     expect(c !== 'help' && c.nodeGroups.map((g) => g.name)).to.deep.equal(['a', 'b']);
   });
+  describe('--grpc-client-allowed-names', () => {
+    const tls = [
+      ...base,
+      '--grpc-address=0.0.0.0:8086',
+      '--grpc-tls-cert-file=c',
+      '--grpc-tls-key-file=k',
+      '--grpc-client-ca-file=ca',
+    ];
+    const names = (...args: string[]): string[] => {
+      const c = parseArgs([...tls, ...args]);
+      if (c === 'help') throw new Error('help');
+      return c.grpcClientAllowedNames;
+    };
+    it('is empty by default (any certificate the client CA signed) and when given empty', () => {
+      expect(names()).to.deep.equal([]);
+      expect(names('--grpc-client-allowed-names=')).to.deep.equal([]);
+    });
+    it('takes comma-separated names, trimmed, duplicates dropped', () => {
+      expect(
+        names('--grpc-client-allowed-names= cluster-autoscaler, ca.kube-system.svc ,cluster-autoscaler'),
+      ).to.deep.equal(['cluster-autoscaler', 'ca.kube-system.svc']);
+      expect(names('--grpc-client-allowed-names', 'Cluster Autoscaler')).to.deep.equal([
+        'Cluster Autoscaler',
+      ]);
+    });
+    for (const [value, message] of [
+      ['a,,b', /--grpc-client-allowed-names: empty name/],
+      ['a,', /--grpc-client-allowed-names: empty name/],
+      ['*.example.com', /--grpc-client-allowed-names: "\*\.example\.com" is a pattern/],
+      ['ok,bad\u0007name', /--grpc-client-allowed-names: .* control character/],
+    ] as const) {
+      it(`rejects ${JSON.stringify(value)} naming the flag`, () => {
+        expect(() => names(`--grpc-client-allowed-names=${value}`)).to.throw(ConfigError, message);
+      });
+    }
+    it('is refused with --grpc-insecure (there is no client certificate to match)', () => {
+      expect(() =>
+        parseArgs([
+          ...base,
+          '--grpc-address=127.0.0.1:8086',
+          '--grpc-insecure',
+          '--grpc-client-allowed-names=cluster-autoscaler',
+        ]),
+      ).to.throw(ConfigError, /--grpc-client-allowed-names needs mutual TLS/);
+    });
+  });
 });
