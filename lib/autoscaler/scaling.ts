@@ -2,6 +2,7 @@
 // what to write, or why not. The server turns a plan into one conditional write.
 
 import { Annotation, TRIGGER_DELETION_ENTRY_SEPARATOR } from '../api/constants.js';
+import { replicasOf } from '../api/replicas.js';
 import type { Machine, MachineDeployment, MachineSet } from '../api/types.js';
 import type { DeepReadonly } from '../kube/informer.js';
 import { rfc3339 } from '../controllers/conditions.js';
@@ -14,10 +15,6 @@ import type { NodeGroup } from './groups.js';
 type AnyMachine = Machine | DeepReadonly<Machine>;
 type AnyDeployment = MachineDeployment | DeepReadonly<MachineDeployment>;
 type AnySet = MachineSet | DeepReadonly<MachineSet>;
-
-export function replicasOf(mcd: AnyDeployment): number {
-  return mcd.spec?.replicas ?? 1;
-}
 
 /** Machine names listed in the deployment's trigger-deletion annotation (any entry format). */
 export function markedMachines(mcd: AnyDeployment): Set<string> {
@@ -42,10 +39,10 @@ export function rolloutInProgress(mcd: AnyDeployment, sets: readonly AnySet[]): 
       s.metadata.deletionTimestamp === undefined &&
       s.spec?.template !== undefined &&
       !templatesEqualIgnoringHash(s.spec.template, template) &&
-      ((s.spec.replicas ?? 0) > 0 || (s.status?.replicas ?? 0) > 0),
+      (replicasOf(s) > 0 || (s.status?.replicas ?? 0) > 0),
   );
   if (old.length === 0) return undefined;
-  const machines = old.reduce((n, s) => n + Math.max(s.spec?.replicas ?? 0, s.status?.replicas ?? 0), 0);
+  const machines = old.reduce((n, s) => n + Math.max(replicasOf(s), s.status?.replicas ?? 0), 0);
   return (
     `machine deployment ${mcd.metadata.namespace ?? ''}/${mcd.metadata.name ?? ''} is rolling out ` +
     `(${machines} machine(s) of old machine sets ${old.map((s) => s.metadata.name ?? '').join(', ')} remain); ` +
@@ -56,7 +53,8 @@ export function rolloutInProgress(mcd: AnyDeployment, sets: readonly AnySet[]): 
 export type ReplicaPlan = { replicas: number } | { error: GrpcStatusError };
 
 /** IncreaseSize: delta > 0 and not beyond max. */
-export function planIncrease(group: NodeGroup, current: number, delta: number): ReplicaPlan {
+export function planIncrease(group: NodeGroup, mcd: AnyDeployment, delta: number): ReplicaPlan {
+  const current = replicasOf(mcd);
   if (!Number.isInteger(delta) || delta <= 0) {
     return { error: invalidArgument(`delta must be a positive integer, got ${delta}`) };
   }

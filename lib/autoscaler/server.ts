@@ -17,6 +17,7 @@ import {
 } from '@grpc/grpc-js';
 
 import { Annotation } from '../api/constants.js';
+import { replicasOf } from '../api/replicas.js';
 import { MachineDeploymentResource, type MachineDeployment } from '../api/types.js';
 import type { SharedInformers } from '../controllers/context.js';
 import type { KubeApi } from '../kube/client.js';
@@ -38,14 +39,7 @@ import { instanceOf } from './instances.js';
 import { GroupLookup, type NodeRef } from './lookup.js';
 import { autoscalerMetrics, type AutoscalerMetrics } from './metrics.js';
 import { CLOUD_PROVIDER_SERVICE, cloudProviderService, encodeNode, healthService } from './proto.js';
-import {
-  markedMachines,
-  planDecrease,
-  planDeleteNodes,
-  planIncrease,
-  replicasOf,
-  type DeletePlan,
-} from './scaling.js';
+import { markedMachines, planDecrease, planDeleteNodes, planIncrease, type DeletePlan } from './scaling.js';
 import { buildTemplateNode } from './template.js';
 import { rfc3339 } from '../controllers/conditions.js';
 
@@ -405,7 +399,7 @@ export class AutoscalerServer {
 
   private async increaseSize(id: string, delta: number, deadline: number): Promise<unknown> {
     return this.write(id, deadline, (group, mcd) => {
-      const p = planIncrease(group, replicasOf(mcd), delta);
+      const p = planIncrease(group, mcd, delta);
       if ('error' in p) throw p.error;
       return { patch: { spec: { replicas: p.replicas } }, describe: `+${delta}` };
     });

@@ -10,6 +10,7 @@ import {
   DELETE_FIRST_MACHINE_PRIORITY,
   TRIGGER_DELETION_ENTRY_SEPARATOR,
 } from '../../api/constants.js';
+import { replicasOf } from '../../api/replicas.js';
 import { isRFC3339, parseTriggerDeletion } from '../../api/triggerdeletion.js';
 import { MachineResource, type Machine, type MachineDeployment, type MachineSet } from '../../api/types.js';
 import { isNotFound } from '../../kube/errors.js';
@@ -22,7 +23,6 @@ import {
   type DeploymentState,
   type PassContext,
 } from './pass.js';
-import { replicasOf } from './sets.js';
 
 type AnyMachine = Machine | DeepReadonly<Machine>;
 type AnyDeployment = MachineDeployment | DeepReadonly<MachineDeployment>;

@@ -9,6 +9,7 @@ import {
   MachineSetConditionType,
 } from '../../api/constants.js';
 import { scaledValue } from '../../api/intstr.js';
+import { replicasOf } from '../../api/replicas.js';
 import {
   MachineDeploymentResource,
   MachineSetResource,
@@ -46,9 +47,9 @@ export function overshootThresholds(
   safetyUp: number,
   safetyDown: number,
 ): Thresholds {
-  let high = 2 * (ms.spec?.replicas ?? 0) + safetyUp;
+  let high = 2 * replicasOf(ms) + safetyUp;
   if (mcd !== undefined) {
-    const replicas = mcd.spec?.replicas ?? 0;
+    const replicas = replicasOf(mcd);
     const strategy = mcd.spec?.strategy;
     const maxSurge = strategy?.rollingUpdate?.maxSurge ?? strategy?.inPlaceUpdate?.maxSurge;
     let surge: number;

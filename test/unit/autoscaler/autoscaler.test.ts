@@ -4,6 +4,7 @@ import { expect } from 'chai';
 import { Annotation } from '../../../lib/api/constants.js';
 import type { Machine, MachineClass, MachineDeployment, MachineSet } from '../../../lib/api/types.js';
 import { API_VERSION } from '../../../lib/api/types.js';
+import { replicasOf } from '../../../lib/api/replicas.js';
 import {
   discoverGroups,
   GroupAnnotation,
@@ -195,11 +196,18 @@ describe('autoscaler instances', () => {
 
 describe('autoscaler scaling plans', () => {
   it('IncreaseSize: positive deltas up to max', () => {
-    expect(planIncrease(group(), 2, 3)).to.deep.equal({ replicas: 5 });
-    const over = planIncrease(group(), 3, 3);
+    expect(planIncrease(group(), mcd('md', 2), 3)).to.deep.equal({ replicas: 5 });
+    const over = planIncrease(group(), mcd('md', 3), 3);
     expect('error' in over && over.error.code).to.equal(status.FAILED_PRECONDITION);
-    const zero = planIncrease(group(), 3, 0);
+    const zero = planIncrease(group(), mcd('md', 3), 0);
     expect('error' in zero && zero.error.code).to.equal(status.INVALID_ARGUMENT);
+  });
+
+  it('IncreaseSize: a deployment without spec.replicas has 0, so +1 asks for one machine, not two', () => {
+    const unset = mcd('md', 0);
+    delete unset.spec?.replicas;
+    expect(replicasOf(unset), 'TargetSize').to.equal(0);
+    expect(planIncrease(group(), unset, 1)).to.deep.equal({ replicas: 1 });
   });
 
   it('DeleteNodes: one decrement per new machine, trigger entries appended, repeats and failed machines not counted', () => {
