@@ -39,9 +39,10 @@ import { instanceOf } from './instances.js';
 import { GroupLookup, type NodeRef } from './lookup.js';
 import { autoscalerMetrics, type AutoscalerMetrics } from './metrics.js';
 import { CLOUD_PROVIDER_SERVICE, cloudProviderService, encodeNode, healthService } from './proto.js';
-import { markedMachines, planDecrease, planDeleteNodes, planIncrease, type DeletePlan } from './scaling.js';
+import { planDecrease, planDeleteNodes, planIncrease, type DeletePlan } from './scaling.js';
 import { buildTemplateNode } from './template.js';
 import { rfc3339 } from '../controllers/conditions.js';
+import { machinesGoing } from '../controllers/machinedeployment/marks.js';
 
 export interface AutoscalerServerOptions {
   /** HOST:PORT to listen on. */
@@ -302,11 +303,17 @@ export class AutoscalerServer {
 
   private nodes(id: string): unknown {
     const { mcd } = this.groupOrThrow(id);
-    const marked = markedMachines(mcd);
-    const instances = this.lookup
-      .machines(mcd)
-      .map((m) => instanceOf(m, this.lookup.nodeOf(m), marked.has(m.metadata.name ?? '')));
+    const machines = this.lookup.machines(mcd);
+    const going = this.going(mcd, machines);
+    const instances = machines.map((m) =>
+      instanceOf(m, this.lookup.nodeOf(m), going.has(m.metadata.name ?? '')),
+    );
     return { instances };
+  }
+
+  /** Machines of the deployment whose deletion marks stand (the controller's own plan). */
+  private going(mcd: DeepReadonly<MachineDeployment>, machines = this.lookup.machines(mcd)): Set<string> {
+    return machinesGoing({ mcd, sets: this.lookup.sets(mcd), machines, now: this.opts.clock.now() });
   }
 
   private templateNodeInfo(id: string): unknown {
@@ -446,6 +453,7 @@ export class AutoscalerServer {
         mcd,
         sets: this.lookup.sets(mcd),
         machines,
+        going: this.going(mcd),
         now: this.opts.clock.now(),
       });
       if ('error' in r) throw r.error;
@@ -472,6 +480,7 @@ export class AutoscalerServer {
         sets: this.lookup.sets(mcd),
         machines: this.lookup.machines(mcd),
         registered: (m) => this.lookup.nodeOf(m) !== undefined,
+        going: this.going(mcd),
         delta,
         now: this.opts.clock.now(),
       });

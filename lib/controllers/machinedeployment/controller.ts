@@ -51,7 +51,7 @@ import { isScalingEvent, syncScaling } from './scale.js';
 /** MCM re-syncs every MachineDeployment this often even without events. */
 export const MACHINEDEPLOYMENT_RESYNC_MS = 10 * 60 * 1000;
 
-/** How soon to look again after marking machines for the autoscaler, should no event arrive. */
+/** How soon to look again after (un)marking machines for the autoscaler, should no event arrive. */
 const MARK_SETTLE_MS = 1000;
 
 type CachedDeployment = DeepReadonly<MachineDeployment>;
@@ -316,7 +316,7 @@ export class MachineDeploymentController {
 
     const trigger = await processTriggerDeletion(ctx, state);
     state = trigger.state;
-    if (trigger.marked) {
+    if (trigger.machinesChanged) {
       state = await syncStatus(ctx, state, findNewMachineSet(state.mcd, state.sets)?.metadata.uid);
       return { state, requeueAfter: MARK_SETTLE_MS };
     }

@@ -213,11 +213,13 @@ describe('autoscaler scaling plans', () => {
   it('DeleteNodes: one decrement per new machine, trigger entries appended, repeats and failed machines not counted', () => {
     const d = mcd('md', 4, { [Annotation.TriggerDeletionByMCM]: `m0~2026-11-23T09:00:00Z` });
     const sets = [set('md-1', 4, d)];
+    const going = new Set(['m0']);
     const r = planDeleteNodes({
       group: group(),
       mcd: d,
       sets,
       machines: [machine('m0'), machine('m2'), machine('m1'), machine('m3', { phase: 'Failed' })],
+      going,
       now: NOW,
     });
     expect('plan' in r && r.plan).to.deep.equal({
@@ -226,8 +228,35 @@ describe('autoscaler scaling plans', () => {
       marked: ['m1', 'm2'],
       already: ['m0', 'm3'],
     });
-    const again = planDeleteNodes({ group: group(), mcd: d, sets, machines: [machine('m0')], now: NOW });
+    const again = planDeleteNodes({
+      group: group(),
+      mcd: d,
+      sets,
+      machines: [machine('m0')],
+      going,
+      now: NOW,
+    });
     expect('plan' in again && again.plan.replicas).to.equal(undefined);
+  });
+
+  it('DeleteNodes: a machine still named but whose mark no longer stands is marked anew, as the newest', () => {
+    const d = mcd('md', 3, {
+      [Annotation.TriggerDeletionByMCM]: 'm0~2026-11-23T09:00:00Z,m1~2026-11-23T09:01:00Z',
+    });
+    const r = planDeleteNodes({
+      group: group(),
+      mcd: d,
+      sets: [set('md-1', 3, d)],
+      machines: [machine('m0')],
+      going: new Set(),
+      now: NOW,
+    });
+    expect('plan' in r && r.plan).to.deep.equal({
+      replicas: 2,
+      trigger: 'm1~2026-11-23T09:01:00Z,m0~2026-11-23T10:00:00Z',
+      marked: ['m0'],
+      already: [],
+    });
   });
 
   it('DeleteNodes: refused as a whole below min and during a rollout', () => {
@@ -237,6 +266,7 @@ describe('autoscaler scaling plans', () => {
       mcd: d,
       sets: [set('md-1', 2, d)],
       machines: [machine('a'), machine('b')],
+      going: new Set(),
       now: NOW,
     });
     expect('error' in below && below.error.message).to.match(/min size 1/);
@@ -247,6 +277,7 @@ describe('autoscaler scaling plans', () => {
       mcd: d,
       sets: [old, set('md-1', 2, d)],
       machines: [machine('a')],
+      going: new Set(),
       now: NOW,
     });
     expect('error' in rolling && rolling.error.code).to.equal(status.FAILED_PRECONDITION);
@@ -273,6 +304,7 @@ describe('autoscaler scaling plans', () => {
       sets: [set('md-1', 5, d)],
       machines,
       registered,
+      going: new Set(),
       delta: -2,
       now: NOW,
     });
@@ -284,6 +316,7 @@ describe('autoscaler scaling plans', () => {
       sets: [],
       machines,
       registered,
+      going: new Set(),
       delta: -4,
       now: NOW,
     });
@@ -294,6 +327,7 @@ describe('autoscaler scaling plans', () => {
       sets: [],
       machines,
       registered,
+      going: new Set(),
       delta: -3,
       now: NOW,
     });
@@ -304,6 +338,7 @@ describe('autoscaler scaling plans', () => {
       sets: [],
       machines,
       registered,
+      going: new Set(),
       delta: 1,
       now: NOW,
     });
