@@ -1,7 +1,7 @@
 // Scale-down through the externalgrpc server against a real kube-apiserver and the whole manager:
-// which machine goes when replicas rise again after DeleteNodes. The manager's watches lag 400 ms
-// behind the API, so that the calls of one test reach the API before the controllers react to the
-// first of them, in every run.
+// which machine goes when replicas rise again after DeleteNodes, and that a scale-down never trips
+// the overshoot safety. The manager's watches lag 400 ms behind the API, so that the calls of one
+// test reach the API before the controllers react to the first of them, in every run.
 
 import { expect } from 'chai';
 
@@ -9,11 +9,16 @@ import { Annotation } from '../../lib/api/constants.js';
 import {
   MachineDeploymentResource,
   MachineResource,
+  MachineSetResource,
+  API_VERSION,
   type Machine,
   type MachineDeployment,
+  type MachineSet,
 } from '../../lib/api/types.js';
 import { isTerminating } from '../../lib/controllers/machines.js';
 import type { KubeApi } from '../../lib/kube/client.js';
+import { CoreResources } from '../../lib/kube/resources.js';
+import type { CoreEvent } from '../../lib/kube/types.js';
 import type { Manager } from '../../lib/manager.js';
 import { cloudProviderClient, type CloudProviderClient } from '../harness/grpcclient.js';
 import { laggingWatches } from './env/lag.js';
@@ -53,6 +58,23 @@ describe('autoscaler scale-down (real kube-apiserver, manager with lagging watch
     if (node === undefined) throw new Error(`machine ${m.metadata.name ?? ''} has no node`);
     return { providerID: node.spec?.providerID ?? '', name: node.metadata.name ?? '' };
   };
+  const setOf = async (name: string): Promise<MachineSet> => {
+    const sets = (await env.client.list<MachineSet>(MachineSetResource, { namespace: NS })).items.filter(
+      (s) => s.metadata.ownerReferences?.[0]?.name === name,
+    );
+    if (sets.length !== 1) throw new Error(`expected one machine set of ${name}, found ${sets.length}`);
+    return sets[0] as MachineSet;
+  };
+  const freezeEvents = async (ms: MachineSet): Promise<string[]> =>
+    (
+      await env.client.list<CoreEvent>(CoreResources.events, {
+        namespace: NS,
+        fieldSelector: `involvedObject.name=${ms.metadata.name ?? ''}`,
+      })
+    ).items
+      .map((e) => e.reason ?? '')
+      .filter((r) => r === 'FrozeMachineSet' || r === 'UnfrozeMachineSet');
+
   before(async () => {
     env = await LifecycleEnv.start();
     await env.createClass(
@@ -64,7 +86,7 @@ describe('autoscaler scale-down (real kube-apiserver, manager with lagging watch
       {
         grpcAddress: '127.0.0.1:0',
         grpcInsecure: true,
-        nodeGroups: ['marks'].map((name) => ({
+        nodeGroups: ['marks', 'idle', 'scaled', 'rogue'].map((name) => ({
           min: 0,
           max: 6,
           namespace: NS,
@@ -123,5 +145,73 @@ describe('autoscaler scale-down (real kube-apiserver, manager with lagging watch
       const all = await env.machines('marks');
       return all.length === 1 && all[0]?.metadata.name !== m1.metadata.name;
     });
+  });
+
+  it('deleting 3 idle nodes in one DeleteNodes never freezes the machine set', async () => {
+    await env.createDeployment('idle', 4, 'small'); // maxSurge 1: limit at 1 replica = 1 + 1 + 2 = 4
+    const machines = await running('idle', 4);
+    const ms = await setOf('idle');
+    const chosen = machines.slice(0, 3);
+    await ca.call('NodeGroupDeleteNodes', {
+      id: groupId('idle'),
+      nodes: await Promise.all(chosen.map(nodeOf)),
+    });
+    let sawFreeze = false;
+    await until('the chosen machines gone', async () => {
+      const set = await env.client.get<MachineSet>(MachineSetResource, ms.metadata.name ?? '', NS);
+      if (set.metadata.labels?.freeze !== undefined) sawFreeze = true;
+      const left = await env.machines('idle');
+      return left.length === 1 && !chosen.some((c) => c.metadata.name === left[0]?.metadata.name);
+    });
+    expect(sawFreeze, 'freeze label seen on the set').to.equal(false);
+    const set = await env.client.get<MachineSet>(MachineSetResource, ms.metadata.name ?? '', NS);
+    expect(set.status?.machineSetCondition?.some((c) => c.type === 'Frozen') ?? false).to.equal(false);
+    const mcd = await env.client.get<MachineDeployment>(MachineDeploymentResource, 'idle', NS);
+    expect(mcd.metadata.labels?.freeze).to.equal(undefined);
+    expect(mcd.status?.conditions?.some((c) => c.type === 'Frozen') ?? false).to.equal(false);
+    expect(await freezeEvents(ms)).to.deep.equal([]);
+  });
+
+  it('kubectl scale from 4 to 1 never freezes the machine set either', async () => {
+    await env.createDeployment('scaled', 4, 'small');
+    await running('scaled', 4);
+    const ms = await setOf('scaled');
+    const r = await env.cp.kubectl(['scale', 'machinedeployment', 'scaled', '--replicas=1', '-n', NS]);
+    expect(r.code, r.stderr).to.equal(0);
+    await until('one machine left', async () => (await env.machines('scaled')).length === 1);
+    expect(await freezeEvents(ms)).to.deep.equal([]);
+  });
+
+  it('still freezes a set with more machines than replicas + margin that nothing deletes', async () => {
+    await env.createDeployment('rogue', 1, 'small'); // limit 1 + 1 + 2 = 4
+    await running('rogue', 1);
+    const ms = await setOf('rogue');
+    const labels = ms.spec?.template?.metadata?.labels ?? {};
+    await Promise.all(
+      Array.from({ length: 4 }, (_, i) =>
+        env.client.create<Machine>(MachineResource, {
+          apiVersion: API_VERSION,
+          kind: 'Machine',
+          metadata: {
+            name: `rogue-extra-${i}`,
+            namespace: NS,
+            labels,
+            ownerReferences: [
+              {
+                apiVersion: API_VERSION,
+                kind: 'MachineSet',
+                name: ms.metadata.name ?? '',
+                uid: ms.metadata.uid ?? '',
+                controller: true,
+                blockOwnerDeletion: true,
+              },
+            ],
+          },
+          spec: { class: { kind: 'MachineClass', name: 'small' } },
+        }),
+      ),
+    );
+    await until('FrozeMachineSet event', async () => (await freezeEvents(ms)).includes('FrozeMachineSet'));
+    await running('rogue', 1);
   });
 });
