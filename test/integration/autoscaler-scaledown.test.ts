@@ -5,7 +5,7 @@
 
 import { expect } from 'chai';
 
-import { Annotation } from '../../lib/api/constants.js';
+import { Annotation, Label, LabelValue } from '../../lib/api/constants.js';
 import {
   MachineDeploymentResource,
   MachineResource,
@@ -186,7 +186,13 @@ describe('autoscaler scale-down (real kube-apiserver, manager with lagging watch
     await env.createDeployment('rogue', 1, 'small'); // limit 1 + 1 + 2 = 4
     await running('rogue', 1);
     const ms = await setOf('rogue');
-    const labels = ms.spec?.template?.metadata?.labels ?? {};
+    // Four more machines under the set, labelled as handed over by an in-place update: a MachineSet
+    // never removes those as surplus, so they stay until the freeze has been seen (ordinary extra
+    // machines would be deleted by the set, racing the freeze).
+    const labels = {
+      ...(ms.spec?.template?.metadata?.labels ?? {}),
+      [Label.UpdateResult]: LabelValue.UpdateSuccessful,
+    };
     await Promise.all(
       Array.from({ length: 4 }, (_, i) =>
         env.client.create<Machine>(MachineResource, {
@@ -212,6 +218,10 @@ describe('autoscaler scale-down (real kube-apiserver, manager with lagging watch
       ),
     );
     await until('FrozeMachineSet event', async () => (await freezeEvents(ms)).includes('FrozeMachineSet'));
-    await running('rogue', 1);
+    await until('set and deployment frozen', async () => {
+      const set = await env.client.get<MachineSet>(MachineSetResource, ms.metadata.name ?? '', NS);
+      const mcd = await env.client.get<MachineDeployment>(MachineDeploymentResource, 'rogue', NS);
+      return set.metadata.labels?.freeze === 'True' && mcd.metadata.labels?.freeze === 'True';
+    });
   });
 });
