@@ -421,6 +421,17 @@ export const StrategyType = {
 } as const;
 export type StrategyType = ValueOf<typeof StrategyType>;
 
+/**
+ * The strategy of a MachineDeployment created without one (a CRD default). gardener MCM documents
+ * RollingUpdate as the default type but defaults nothing, so such a deployment fails its
+ * validation and is never reconciled there; the bounds are those gardener gives a worker pool
+ * (maxSurge 1, maxUnavailable 0): replace one machine at a time, never below the replicas.
+ */
+export const DEFAULT_DEPLOYMENT_STRATEGY = {
+  type: StrategyType.RollingUpdate,
+  rollingUpdate: { maxSurge: 1, maxUnavailable: 0 },
+} as const;
+
 export const OrchestrationType = {
   Auto: 'Auto',
   Manual: 'Manual',

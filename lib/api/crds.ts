@@ -8,6 +8,7 @@
 
 import { dumpYaml } from '@kubernetes/client-node';
 
+import { DEFAULT_DEPLOYMENT_STRATEGY } from './constants.js';
 import {
   GROUP,
   MachineClassResource,
@@ -75,6 +76,7 @@ export interface JSONSchemaProps {
   'x-kubernetes-map-type'?: 'atomic' | 'granular';
   'x-kubernetes-list-type'?: 'atomic' | 'set';
   'x-kubernetes-validations'?: ValidationRule[];
+  default?: unknown;
 }
 
 export interface PrinterColumn {
@@ -127,9 +129,15 @@ function int64(description: string, extra: Extra = {}): JSONSchemaProps {
   return { description, type: 'integer', format: 'int64', ...extra };
 }
 
-function nonNegativeInt32(description: string): JSONSchemaProps {
-  return int32(description, { minimum: 0 });
+function nonNegativeInt32(description: string, extra: Extra = {}): JSONSchemaProps {
+  return int32(description, { minimum: 0, ...extra });
 }
+
+/**
+ * spec.replicas of sets and deployments: absent means 0, as in gardener MCM (a plain int32 there),
+ * and the default makes every stored object say so (kubectl, the scale subresource, readers).
+ */
+const specReplicas = nonNegativeInt32('Number of machines wanted; 0 when not given.', { default: 0 });
 
 function bool(description: string): JSONSchemaProps {
   return { description, type: 'boolean' };
@@ -477,7 +485,8 @@ const updateConfigurationProps: Record<string, JSONSchemaProps> = {
 };
 
 const strategySchema = obj(
-  'How machines are replaced when the template changes.',
+  'How machines are replaced when the template changes. Without one, RollingUpdate with maxSurge 1 and ' +
+    'maxUnavailable 0.',
   {
     type: enumString(
       'Recreate removes all old machines before creating new ones; RollingUpdate replaces them gradually; ' +
@@ -501,6 +510,7 @@ const strategySchema = obj(
   },
   {
     required: ['type'],
+    default: DEFAULT_DEPLOYMENT_STRATEGY,
     'x-kubernetes-validations': [
       ...strategyBlockRules('RollingUpdate', 'rollingUpdate', ROLLING_UPDATE_REQUIRED_MESSAGE),
       ...strategyBlockRules('InPlaceUpdate', 'inPlaceUpdate', IN_PLACE_UPDATE_REQUIRED_MESSAGE),
@@ -598,7 +608,7 @@ const machineSetSchema = obj(
     spec: obj(
       'Desired state of the machine set.',
       {
-        replicas: nonNegativeInt32('Number of machines wanted.'),
+        replicas: specReplicas,
         selector: labelSelectorSchema,
         machineClass: classSpec('Legacy class reference; unused, the template’s class counts.', false),
         template: machineTemplateSchema('Template of the machines to create.'),
@@ -638,7 +648,7 @@ const machineDeploymentSchema = obj(
     spec: obj(
       'Desired state of the machine deployment.',
       {
-        replicas: nonNegativeInt32('Number of machines wanted.'),
+        replicas: specReplicas,
         selector: labelSelectorSchema,
         template: machineTemplateSchema(
           'Template of the machines. Changing its metadata or class name rolls the machines; node template and ' +
@@ -659,7 +669,7 @@ const machineDeploymentSchema = obj(
         autoPreserveFailedMachineMax: int32('How many failed machines may be preserved automatically.'),
       },
       {
-        required: ['selector', 'strategy', 'template'],
+        required: ['selector', 'template'],
         'x-kubernetes-validations': [selectorMatchesTemplateRule],
       },
     ),

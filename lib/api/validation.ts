@@ -6,6 +6,7 @@
 import { OrchestrationType, StrategyType, TaintEffect } from './constants.js';
 import { IntOrStringError, scaledValue } from './intstr.js';
 import { nodeTemplateResources } from './nodetemplate.js';
+import { replicasOf } from './replicas.js';
 import type {
   ClassSpec,
   IntOrString,
@@ -305,7 +306,7 @@ function validateUpdateConfiguration(
 function validateStrategy(spec: MachineDeploymentSpec): FieldError[] {
   const strategy = spec.strategy;
   if (strategy === undefined) return [required('spec.strategy')];
-  const replicas = spec.replicas ?? 0;
+  const replicas = replicasOf({ spec });
   const type = strategy.type as string | undefined;
   const errs: FieldError[] = [];
   if (type === undefined || type === '') errs.push(required('spec.strategy.type'));

@@ -49,8 +49,8 @@ type AnyNode = Node | DeepReadonly<Node>;
 
 /**
  * One instance. `node` is the machine's Node when it exists; `marked` is true when the machine is
- * listed for deletion in its deployment's trigger-deletion annotation (it reports Deleting at once,
- * so the autoscaler does not count it as capacity while the controllers catch up).
+ * named in its deployment's trigger-deletion annotation by a mark that stands (it reports Deleting
+ * at once, so the autoscaler does not count it as capacity while the controllers catch up).
  *
  * - A Node with a providerID: its providerID (what the autoscaler matches registered nodes by).
  * - No Node: the placeholder id, Creating; a failed creation carries error info (ResourceExhausted

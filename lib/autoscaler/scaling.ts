@@ -2,11 +2,11 @@
 // what to write, or why not. The server turns a plan into one conditional write.
 
 import { Annotation, TRIGGER_DELETION_ENTRY_SEPARATOR } from '../api/constants.js';
+import { replicasOf } from '../api/replicas.js';
 import type { Machine, MachineDeployment, MachineSet } from '../api/types.js';
 import type { DeepReadonly } from '../kube/informer.js';
 import { rfc3339 } from '../controllers/conditions.js';
 import { isFailed, isTerminating } from '../controllers/machines.js';
-import { parseTriggerDeletion } from '../api/triggerdeletion.js';
 import { templatesEqualIgnoringHash } from '../api/template.js';
 import { failedPrecondition, invalidArgument, type GrpcStatusError } from './errors.js';
 import type { NodeGroup } from './groups.js';
@@ -14,19 +14,6 @@ import type { NodeGroup } from './groups.js';
 type AnyMachine = Machine | DeepReadonly<Machine>;
 type AnyDeployment = MachineDeployment | DeepReadonly<MachineDeployment>;
 type AnySet = MachineSet | DeepReadonly<MachineSet>;
-
-export function replicasOf(mcd: AnyDeployment): number {
-  return mcd.spec?.replicas ?? 1;
-}
-
-/** Machine names listed in the deployment's trigger-deletion annotation (any entry format). */
-export function markedMachines(mcd: AnyDeployment): Set<string> {
-  const names = new Set<string>();
-  for (const e of parseTriggerDeletion(mcd.metadata.annotations?.[Annotation.TriggerDeletionByMCM])) {
-    if (e.kind !== 'invalid') names.add(e.name);
-  }
-  return names;
-}
 
 /**
  * Why the deployment is rolling out, or undefined when it is not: machines of a set whose template
@@ -42,10 +29,10 @@ export function rolloutInProgress(mcd: AnyDeployment, sets: readonly AnySet[]): 
       s.metadata.deletionTimestamp === undefined &&
       s.spec?.template !== undefined &&
       !templatesEqualIgnoringHash(s.spec.template, template) &&
-      ((s.spec.replicas ?? 0) > 0 || (s.status?.replicas ?? 0) > 0),
+      (replicasOf(s) > 0 || (s.status?.replicas ?? 0) > 0),
   );
   if (old.length === 0) return undefined;
-  const machines = old.reduce((n, s) => n + Math.max(s.spec?.replicas ?? 0, s.status?.replicas ?? 0), 0);
+  const machines = old.reduce((n, s) => n + Math.max(replicasOf(s), s.status?.replicas ?? 0), 0);
   return (
     `machine deployment ${mcd.metadata.namespace ?? ''}/${mcd.metadata.name ?? ''} is rolling out ` +
     `(${machines} machine(s) of old machine sets ${old.map((s) => s.metadata.name ?? '').join(', ')} remain); ` +
@@ -56,7 +43,8 @@ export function rolloutInProgress(mcd: AnyDeployment, sets: readonly AnySet[]): 
 export type ReplicaPlan = { replicas: number } | { error: GrpcStatusError };
 
 /** IncreaseSize: delta > 0 and not beyond max. */
-export function planIncrease(group: NodeGroup, current: number, delta: number): ReplicaPlan {
+export function planIncrease(group: NodeGroup, mcd: AnyDeployment, delta: number): ReplicaPlan {
+  const current = replicasOf(mcd);
   if (!Number.isInteger(delta) || delta <= 0) {
     return { error: invalidArgument(`delta must be a positive integer, got ${delta}`) };
   }
@@ -84,23 +72,25 @@ export interface DeletePlan {
 /**
  * DeleteNodes: mark exactly these machines and lower replicas by the number newly marked, in one
  * write. Idempotent: a machine already being deleted, failed (the MachineSet replaces failed
- * machines itself) or already marked counts as done, so a retry after a client timeout changes
- * nothing. Refused as a whole (nothing half-applied) below min or during a rollout.
+ * machines itself) or going by a standing mark (`going`, from the controller's plan) counts as
+ * done, so a retry after a client timeout changes nothing. A machine still named but whose mark
+ * no longer stands (replicas were raised since) is marked anew. Refused as a whole (nothing
+ * half-applied) below min or during a rollout.
  */
 export function planDeleteNodes(args: {
   group: NodeGroup;
   mcd: AnyDeployment;
   sets: readonly AnySet[];
   machines: readonly AnyMachine[];
+  going: ReadonlySet<string>;
   now: number;
 }): { plan: DeletePlan } | { error: GrpcStatusError } {
   const { group, mcd } = args;
-  const marked = markedMachines(mcd);
   const fresh: AnyMachine[] = [];
   const already: string[] = [];
   for (const m of args.machines) {
     const name = m.metadata.name ?? '';
-    if (isTerminating(m) || marked.has(name)) already.push(name);
+    if (isTerminating(m) || args.going.has(name)) already.push(name);
     else if (isFailed(m)) already.push(name);
     else if (!fresh.some((f) => f.metadata.name === name)) fresh.push(m);
   }
@@ -116,15 +106,23 @@ export function planDeleteNodes(args: {
       ),
     };
   }
-  const time = rfc3339(args.now);
-  const existing = mcd.metadata.annotations?.[Annotation.TriggerDeletionByMCM] ?? '';
-  const entries = existing
+  const names = fresh.map((m) => m.metadata.name ?? '').sort();
+  return { plan: { replicas: next, trigger: withEntries(mcd, names, args.now), marked: names, already } };
+}
+
+/**
+ * The trigger-deletion annotation with `names` appended as marked now. An older entry of one of
+ * them (a mark that no longer stands) is replaced, so the new mark is the newest.
+ */
+function withEntries(mcd: AnyDeployment, names: readonly string[], now: number): string {
+  const time = rfc3339(now);
+  const renewed = new Set(names);
+  const entries = (mcd.metadata.annotations?.[Annotation.TriggerDeletionByMCM] ?? '')
     .split(',')
     .map((e) => e.trim())
-    .filter((e) => e !== '');
-  const names = fresh.map((m) => m.metadata.name ?? '').sort();
+    .filter((e) => e !== '' && !renewed.has(e.split(TRIGGER_DELETION_ENTRY_SEPARATOR)[0] ?? ''));
   for (const n of names) entries.push(`${n}${TRIGGER_DELETION_ENTRY_SEPARATOR}${time}`);
-  return { plan: { replicas: next, trigger: entries.join(','), marked: names, already } };
+  return entries.join(',');
 }
 
 /**
@@ -139,6 +137,7 @@ export function planDecrease(args: {
   sets: readonly AnySet[];
   machines: readonly AnyMachine[];
   registered: (m: AnyMachine) => boolean;
+  going: ReadonlySet<string>;
   delta: number;
   now: number;
 }): { plan: DeletePlan } | { error: GrpcStatusError } {
@@ -147,8 +146,7 @@ export function planDecrease(args: {
     return { error: invalidArgument(`delta must be a negative integer, got ${delta}`) };
   }
   const current = replicasOf(mcd);
-  const marked = markedMachines(mcd);
-  const live = args.machines.filter((m) => !isTerminating(m) && !marked.has(m.metadata.name ?? ''));
+  const live = args.machines.filter((m) => !isTerminating(m) && !args.going.has(m.metadata.name ?? ''));
   const registered = live.filter((m) => args.registered(m)).length;
   if (current + delta < registered) {
     return {
@@ -167,17 +165,11 @@ export function planDecrease(args: {
     .filter((m) => !args.registered(m))
     .sort((a, b) => (b.metadata.creationTimestamp ?? '').localeCompare(a.metadata.creationTimestamp ?? ''))
     .slice(0, current - target);
-  const time = rfc3339(args.now);
-  const entries = (mcd.metadata.annotations?.[Annotation.TriggerDeletionByMCM] ?? '')
-    .split(',')
-    .map((e) => e.trim())
-    .filter((e) => e !== '');
   const names = pending.map((m) => m.metadata.name ?? '').sort();
-  for (const n of names) entries.push(`${n}${TRIGGER_DELETION_ENTRY_SEPARATOR}${time}`);
   return {
     plan: {
       replicas: target,
-      trigger: names.length === 0 ? undefined : entries.join(','),
+      trigger: names.length === 0 ? undefined : withEntries(mcd, names, args.now),
       marked: names,
       already: [],
     },

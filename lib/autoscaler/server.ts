@@ -15,6 +15,7 @@ import {
 } from '@grpc/grpc-js';
 
 import { Annotation } from '../api/constants.js';
+import { replicasOf } from '../api/replicas.js';
 import { MachineDeploymentResource, type MachineDeployment } from '../api/types.js';
 import type { SharedInformers } from '../controllers/context.js';
 import type { KubeApi } from '../kube/client.js';
@@ -39,17 +40,11 @@ import { GroupLookup, type NodeRef } from './lookup.js';
 import { RefusalLog, clientIdentity, describeClient, isAllowedClient } from './authz.js';
 import { autoscalerMetrics, type AutoscalerMetrics } from './metrics.js';
 import { CLOUD_PROVIDER_SERVICE, cloudProviderService, encodeNode, healthService } from './proto.js';
-import {
-  markedMachines,
-  planDecrease,
-  planDeleteNodes,
-  planIncrease,
-  replicasOf,
-  type DeletePlan,
-} from './scaling.js';
+import { planDecrease, planDeleteNodes, planIncrease, type DeletePlan } from './scaling.js';
 import { buildTemplateNode } from './template.js';
 import { ReloadingServerTls, describeTlsMaterial } from './tls.js';
 import { rfc3339 } from '../controllers/conditions.js';
+import { machinesGoing } from '../controllers/machinedeployment/marks.js';
 
 export interface AutoscalerServerOptions {
   /** HOST:PORT to listen on. */
@@ -345,11 +340,17 @@ export class AutoscalerServer {
 
   private nodes(id: string): unknown {
     const { mcd } = this.groupOrThrow(id);
-    const marked = markedMachines(mcd);
-    const instances = this.lookup
-      .machines(mcd)
-      .map((m) => instanceOf(m, this.lookup.nodeOf(m), marked.has(m.metadata.name ?? '')));
+    const machines = this.lookup.machines(mcd);
+    const going = this.going(mcd, machines);
+    const instances = machines.map((m) =>
+      instanceOf(m, this.lookup.nodeOf(m), going.has(m.metadata.name ?? '')),
+    );
     return { instances };
+  }
+
+  /** Machines of the deployment whose deletion marks stand (the controller's own plan). */
+  private going(mcd: DeepReadonly<MachineDeployment>, machines = this.lookup.machines(mcd)): Set<string> {
+    return machinesGoing({ mcd, sets: this.lookup.sets(mcd), machines, now: this.opts.clock.now() });
   }
 
   private templateNodeInfo(id: string): unknown {
@@ -504,7 +505,7 @@ export class AutoscalerServer {
 
   private async increaseSize(id: string, delta: number, deadline: number): Promise<unknown> {
     return this.write(id, deadline, (group, mcd) => {
-      const p = planIncrease(group, replicasOf(mcd), delta);
+      const p = planIncrease(group, mcd, delta);
       if ('error' in p) throw p.error;
       return { patch: { spec: { replicas: p.replicas } }, describe: `+${delta}` };
     });
@@ -551,6 +552,7 @@ export class AutoscalerServer {
         mcd,
         sets: this.lookup.sets(mcd),
         machines,
+        going: this.going(mcd),
         now: this.opts.clock.now(),
       });
       if ('error' in r) throw r.error;
@@ -577,6 +579,7 @@ export class AutoscalerServer {
         sets: this.lookup.sets(mcd),
         machines: this.lookup.machines(mcd),
         registered: (m) => this.lookup.nodeOf(m) !== undefined,
+        going: this.going(mcd),
         delta,
         now: this.opts.clock.now(),
       });

@@ -488,6 +488,33 @@ describe('machine.sapcloud.io CRDs on a real kube-apiserver', () => {
       await expectAccepted(withSpec(validDeployment('select-all'), { selector: {} }));
     });
 
+    it('defaults a deployment without strategy or replicas to RollingUpdate 1/0 and 0 replicas, as gardener reads them', async () => {
+      const {
+        strategy: _strategy,
+        replicas: _replicas,
+        ...spec
+      } = validDeployment('bare-gardener').spec as Record<string, unknown>;
+      const bare = { ...validDeployment('bare-gardener'), spec };
+      await expectAccepted(bare);
+      const live = (await readBack(bare)).spec as Record<string, unknown>;
+      expect(live.strategy).to.deep.equal({
+        type: 'RollingUpdate',
+        rollingUpdate: { maxSurge: 1, maxUnavailable: 0 },
+      });
+      expect(live.replicas).to.equal(0);
+      // A second apply of the same manifest keeps the defaults and changes nothing.
+      const again = await cp.kubectl(['apply', '-f', '-'], { stdin: JSON.stringify(bare) });
+      expect(again.code, again.stderr).to.equal(0);
+      expect(again.stdout).to.contain('unchanged');
+    });
+
+    it('defaults a MachineSet without replicas to 0', async () => {
+      const { replicas: _replicas, ...spec } = validMachineSet('bare-set').spec as Record<string, unknown>;
+      const bare = { ...validMachineSet('bare-set'), spec };
+      await expectAccepted(bare);
+      expect(((await readBack(bare)).spec as Record<string, unknown>).replicas).to.equal(0);
+    });
+
     it('accepts Recreate without a rollingUpdate block', async () => {
       await expectAccepted(withSpec(validDeployment('recreate-bare'), { strategy: { type: 'Recreate' } }));
     });

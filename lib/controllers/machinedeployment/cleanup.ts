@@ -1,10 +1,11 @@
 // Revision history: old MachineSets beyond revisionHistoryLimit are deleted once they are empty.
 
+import { replicasOf } from '../../api/replicas.js';
 import { MachineSetResource, type MachineSet } from '../../api/types.js';
 import { isNotFound } from '../../kube/errors.js';
 import type { DeepReadonly } from '../../kube/informer.js';
 import type { DeploymentState, PassContext } from './pass.js';
-import { compareByRevision, replicasOf } from './sets.js';
+import { compareByRevision } from './sets.js';
 
 type AnySet = MachineSet | DeepReadonly<MachineSet>;
 

@@ -8,6 +8,7 @@ import {
   MachineDeploymentConditionType,
   StrategyType,
 } from '../../api/constants.js';
+import { replicasOf } from '../../api/replicas.js';
 import {
   MachineDeploymentResource,
   MachineSetResource,
@@ -50,7 +51,7 @@ import { isScalingEvent, syncScaling } from './scale.js';
 /** MCM re-syncs every MachineDeployment this often even without events. */
 export const MACHINEDEPLOYMENT_RESYNC_MS = 10 * 60 * 1000;
 
-/** How soon to look again after marking machines for the autoscaler, should no event arrive. */
+/** How soon to look again after (un)marking machines for the autoscaler, should no event arrive. */
 const MARK_SETTLE_MS = 1000;
 
 type CachedDeployment = DeepReadonly<MachineDeployment>;
@@ -315,7 +316,7 @@ export class MachineDeploymentController {
 
     const trigger = await processTriggerDeletion(ctx, state);
     state = trigger.state;
-    if (trigger.marked) {
+    if (trigger.machinesChanged) {
       state = await syncStatus(ctx, state, findNewMachineSet(state.mcd, state.sets)?.metadata.uid);
       return { state, requeueAfter: MARK_SETTLE_MS };
     }
@@ -388,12 +389,12 @@ export class MachineDeploymentController {
       if (this.ctx.target === undefined)
         return scaleOnly(this.withInPlaceUnsupported(ctx, state), state.sets.length === 0);
       // With old sets still holding machines, the in-place step sizes the sets itself.
-      const active = state.sets.filter((s) => (s.spec?.replicas ?? 0) > 0).length;
+      const active = state.sets.filter((s) => replicasOf(s) > 0).length;
       if (active <= 1 && this.scalingEvent(ctx, state)) return scaleOnly(state, false);
       return rolloutInPlace(ctx, state);
     }
     if (this.scalingEvent(ctx, state)) {
-      ctx.log.verbose('scaling event', { replicas: state.mcd.spec?.replicas ?? 0 });
+      ctx.log.verbose('scaling event', { replicas: replicasOf(state.mcd) });
       return scaleOnly(state, false);
     }
     if (strategy === StrategyType.Recreate) return rolloutRecreate(ctx, state);
@@ -403,7 +404,7 @@ export class MachineDeploymentController {
   private scalingEvent(ctx: PassContext, state: DeploymentState): boolean {
     const newSet = findNewMachineSet(state.mcd, state.sets);
     return isScalingEvent({
-      replicas: state.mcd.spec?.replicas ?? 0,
+      replicas: replicasOf(state.mcd),
       newSet: newSet === undefined ? undefined : ctx.stateOf(newSet),
       allSets: state.sets.map((s) => ctx.stateOf(s)),
     });

@@ -13,6 +13,7 @@ import {
   NodeConditionType,
   OrchestrationType,
 } from '../../api/constants.js';
+import { replicasOf } from '../../api/replicas.js';
 import {
   API_VERSION,
   MachineResource,
@@ -50,7 +51,7 @@ import {
   type StepResult,
 } from './pass.js';
 import { syncRolloutStatus } from './progress.js';
-import { replicasOf, rolloutBounds } from './sets.js';
+import { rolloutBounds } from './sets.js';
 
 type CachedMachine = DeepReadonly<Machine>;
 type CachedNode = DeepReadonly<Node>;

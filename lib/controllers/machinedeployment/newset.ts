@@ -9,6 +9,7 @@ import {
   Label,
   MachineDeploymentConditionType,
 } from '../../api/constants.js';
+import { replicasOf } from '../../api/replicas.js';
 import {
   API_VERSION,
   MACHINE_CONFIGURATION_FIELDS,
@@ -42,7 +43,6 @@ import {
   compareByAge,
   maxRevision,
   parseCount,
-  replicasOf,
   revisionOf,
   rolloutBounds,
   setReplicaAnnotations,

@@ -12,6 +12,7 @@ import {
   TaintEffect,
   TaintKey,
 } from '../../api/constants.js';
+import { replicasOf } from '../../api/replicas.js';
 import type { Node, Taint } from '../../kube/types.js';
 import type { Machine, MachineSet } from '../../api/types.js';
 import { isNotFound } from '../../kube/errors.js';
@@ -223,7 +224,7 @@ export async function restoreScaleDown(ctx: PassContext, sets: readonly MachineS
 /** Old sets still have machines (or are asked for some): the rollout is not over. */
 export function oldSetsActive(ctx: PassContext, oldSets: readonly MachineSet[]): boolean {
   return oldSets.some(
-    (s) => (s.spec?.replicas ?? 0) > 0 || (s.status?.replicas ?? 0) > 0 || ctx.machinesOf(s).length > 0,
+    (s) => replicasOf(s) > 0 || (s.status?.replicas ?? 0) > 0 || ctx.machinesOf(s).length > 0,
   );
 }
 

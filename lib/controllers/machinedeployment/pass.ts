@@ -4,6 +4,7 @@
 // it derives the sets it needs from the state it was given, by UID (splitSets).
 
 import { Annotation, EventReason, type MachineDeploymentConditionType } from '../../api/constants.js';
+import { replicasOf } from '../../api/replicas.js';
 import {
   API_VERSION,
   MachineDeploymentResource,
@@ -22,7 +23,7 @@ import { CONTROLLER_UID_INDEX, clone, objectKey, type DeepReadonly } from '../..
 import type { Logger } from '../../observability/logger.js';
 import { setCondition } from '../conditions.js';
 import type { ControllerSettings, SharedInformers } from '../context.js';
-import { replicasOf, rolloutBounds, setReplicaAnnotations, setStateOf, type SetState } from './sets.js';
+import { rolloutBounds, setReplicaAnnotations, setStateOf, type SetState } from './sets.js';
 
 type AnySet = MachineSet | DeepReadonly<MachineSet>;
 

@@ -6,6 +6,7 @@ import {
   MachineDeploymentConditionType,
   MachineSetConditionType,
 } from '../../api/constants.js';
+import { replicasOf } from '../../api/replicas.js';
 import type {
   MachineDeployment,
   MachineDeploymentCondition,
@@ -81,7 +82,7 @@ export function calculateStatus(args: {
   if (failed.length > 0) status.failedMachines = failed;
   if (mcd.spec?.selector !== undefined) status.labelSelector = selectorToString(mcd.spec.selector);
 
-  const replicas = mcd.spec?.replicas ?? 0;
+  const replicas = replicasOf(mcd);
   const minRequired = Math.max(replicas - rolloutBounds(mcd).maxUnavailable - preservedFailed, 0);
   let conditions = setCondition(
     args.conditions,
@@ -125,7 +126,7 @@ function firstDefined<T>(items: readonly (T | undefined)[]): T | undefined {
 
 /** Every machine runs the current template and is available, and the status is current. */
 export function isComplete(mcd: AnyDeployment, status: MachineDeploymentStatus): boolean {
-  const replicas = mcd.spec?.replicas ?? 0;
+  const replicas = replicasOf(mcd);
   return (
     status.updatedReplicas === replicas &&
     status.replicas === replicas &&

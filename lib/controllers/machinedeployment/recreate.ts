@@ -1,5 +1,6 @@
 // Recreate: remove every old machine, and only when none is left create the new ones.
 
+import { replicasOf } from '../../api/replicas.js';
 import { finishRollout } from './complete.js';
 import { resolveMachineSets } from './newset.js';
 import { disableScaleDown, oldSetsActive } from './nodes.js';
@@ -12,7 +13,6 @@ import {
   type StepResult,
 } from './pass.js';
 import { syncRolloutStatus } from './progress.js';
-import { replicasOf } from './sets.js';
 
 export interface RecreateStep {
   /** Old sets still asked for machines: scale them to zero. */
@@ -47,7 +47,7 @@ export async function rolloutRecreate(ctx: PassContext, initial: DeploymentState
   const step = planRecreate(
     before.oldSets.map((s) => ({
       name: s.metadata.name ?? '',
-      replicas: s.spec?.replicas ?? 0,
+      replicas: replicasOf(s),
       statusReplicas: s.status?.replicas ?? 0,
       machines: ctx.machinesOf(s).length,
     })),

@@ -4,13 +4,14 @@
 // what exists (the machine cache) and from what was asked (spec.replicas), whichever is worse.
 
 import { StrategyType } from '../../api/constants.js';
+import { replicasOf } from '../../api/replicas.js';
 import { finishRollout } from './complete.js';
 import { resolveMachineSets } from './newset.js';
 import { prepareNodesForRollout } from './nodes.js';
 import { applyScale, splitSets, type DeploymentState, type PassContext, type StepResult } from './pass.js';
 import { syncRolloutStatus } from './progress.js';
 import { newSetReplicas } from './scale.js';
-import { compareStatesByAge, replicasOf, rolloutBounds, usable, type SetState } from './sets.js';
+import { compareStatesByAge, rolloutBounds, usable, type SetState } from './sets.js';
 
 export interface ScaleChange {
   name: string;

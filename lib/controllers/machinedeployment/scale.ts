@@ -3,6 +3,7 @@
 // (pure planners), and the scaling-only step.
 
 import { StrategyType } from '../../api/constants.js';
+import { replicasOf } from '../../api/replicas.js';
 import type { MachineSet } from '../../api/types.js';
 import { cleanupOldMachineSets } from './cleanup.js';
 import { resolveMachineSets } from './newset.js';
@@ -144,7 +145,7 @@ export async function syncScaling(
   const newState = newSet === undefined ? undefined : ctx.stateOf(newSet);
   const oldStates = oldSets.map((s) => ctx.stateOf(s));
   const mcd = state.mcd;
-  const replicas = mcd.spec?.replicas ?? 0;
+  const replicas = replicasOf(mcd);
   const paused = mcd.spec?.paused === true;
   // While paused only a change of replicas is applied: filling the surge room would otherwise
   // grow the new set and quietly continue the rollout the user paused.

@@ -4,16 +4,13 @@
 
 import { Annotation, OrchestrationType, StrategyType } from '../../api/constants.js';
 import { resolveFenceposts } from '../../api/intstr.js';
+import { replicasOf } from '../../api/replicas.js';
 import type { Machine, MachineDeployment, MachineSet } from '../../api/types.js';
 import type { DeepReadonly } from '../../kube/informer.js';
 import { isAvailable, isTerminating } from '../machines.js';
 
 type AnySet = MachineSet | DeepReadonly<MachineSet>;
 type AnyDeployment = MachineDeployment | DeepReadonly<MachineDeployment>;
-
-export function replicasOf(obj: AnySet | AnyDeployment): number {
-  return obj.spec?.replicas ?? 0;
-}
 
 export function parseCount(value: string | undefined): number | undefined {
   if (value === undefined || !/^\d+$/.test(value.trim())) return undefined;

@@ -9,6 +9,7 @@ import {
   MachineState,
   PreserveValue,
 } from '../../api/constants.js';
+import { replicasOf } from '../../api/replicas.js';
 import {
   API_VERSION,
   MachineResource,
@@ -314,7 +315,7 @@ export class MachineSetController {
       return undefined;
     }
     if (plan.create > 0) {
-      log.info('creating machines', { count: plan.create, replicas: ms.spec?.replicas ?? 0 });
+      log.info('creating machines', { count: plan.create, replicas: replicasOf(ms) });
       this.expectations.expectCreations(key, plan.create);
       const result = await slowStartBatch(plan.create, async () => {
         const created = await this.ctx.client.create<Machine>(MachineResource, this.newMachine(ms));
@@ -338,7 +339,7 @@ export class MachineSetController {
     if (plan.delete.length > 0) {
       log.info('deleting machines', {
         count: plan.delete.length,
-        replicas: ms.spec?.replicas ?? 0,
+        replicas: replicasOf(ms),
         machines: plan.delete.map((d) => `${d.machine.metadata.name ?? ''} (${d.reason})`),
       });
       return this.terminate(

@@ -1,4 +1,5 @@
 import { Annotation, DELETE_FIRST_MACHINE_PRIORITY, Label, LabelValue } from '../../api/constants.js';
+import { replicasOf } from '../../api/replicas.js';
 import type { MachineSet } from '../../api/types.js';
 import type { DeepReadonly } from '../../kube/informer.js';
 import {
@@ -44,7 +45,7 @@ export function planReplicas<M extends AnyMachine>(
   now: number,
   burst: number,
 ): ReplicaPlan<M> {
-  const replicas = ms.spec?.replicas ?? 0;
+  const replicas = replicasOf(ms);
   const active = machines.filter((m) => !isTerminating(m));
   const removable = active.filter(
     (m) => m.metadata.labels?.[Label.UpdateResult] !== LabelValue.UpdateSuccessful,

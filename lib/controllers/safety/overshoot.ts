@@ -8,7 +8,6 @@ import {
   MachineDeploymentConditionType,
   MachineSetConditionType,
 } from '../../api/constants.js';
-import { scaledValue } from '../../api/intstr.js';
 import {
   MachineDeploymentResource,
   MachineSetResource,
@@ -19,49 +18,17 @@ import { Controller, type ReconcileContext, type ReconcileResult } from '../../k
 import { isConflict, isNotFound } from '../../kube/errors.js';
 import type { EventRecorder } from '../../kube/events.js';
 import { CONTROLLER_UID_INDEX, objectKey, type DeepReadonly } from '../../kube/informer.js';
-import { selectorMatches } from '../../kube/labels.js';
 import type { TimerHandle } from '../../kube/clock.js';
 import type { ResourceType } from '../../kube/resources.js';
 import { findCondition, removeCondition, setCondition } from '../conditions.js';
 import type { ControllerContext } from '../context.js';
+import { machinesGoing } from '../machinedeployment/marks.js';
 import { controllerRefOf, isTerminating } from '../machines.js';
 import { cachedController } from '../ownership.js';
+import { LoweredLimits, decideOvershoot, overshootCount, overshootThresholds } from './overshoot-plan.js';
 
 type CachedMachineSet = DeepReadonly<MachineSet>;
 type CachedMachineDeployment = DeepReadonly<MachineDeployment>;
-
-export interface Thresholds {
-  high: number;
-  low: number;
-}
-
-/**
- * The machine counts at which a MachineSet is frozen (high) and unfrozen again (low). A set owned
- * by a MachineDeployment may legitimately hold up to the deployment's replicas plus its surge
- * during a rollout; a standalone set never needs more than twice its replicas.
- */
-export function overshootThresholds(
-  ms: CachedMachineSet | MachineSet,
-  mcd: CachedMachineDeployment | MachineDeployment | undefined,
-  safetyUp: number,
-  safetyDown: number,
-): Thresholds {
-  let high = 2 * (ms.spec?.replicas ?? 0) + safetyUp;
-  if (mcd !== undefined) {
-    const replicas = mcd.spec?.replicas ?? 0;
-    const strategy = mcd.spec?.strategy;
-    const maxSurge = strategy?.rollingUpdate?.maxSurge ?? strategy?.inPlaceUpdate?.maxSurge;
-    let surge: number;
-    try {
-      surge = maxSurge === undefined ? 0 : scaledValue(maxSurge, replicas, true);
-    } catch {
-      // A malformed surge is reported by the MachineDeployment controller; count it as none here.
-      surge = 0;
-    }
-    high = replicas + surge + safetyUp;
-  }
-  return { high, low: high - safetyDown };
-}
 
 function isFrozenSet(ms: CachedMachineSet): boolean {
   return (
@@ -86,19 +53,22 @@ function isFrozenDeployment(mcd: CachedMachineDeployment): boolean {
 }
 
 /**
- * The overshoot part of MCM's safety controller. A MachineSet whose (non-terminating) machines
- * reach the high threshold is frozen — label freeze=True and condition Frozen on the set and its
+ * The overshoot part of MCM's safety controller. A MachineSet whose machines that stay reach the
+ * high threshold is frozen — label freeze=True and condition Frozen on the set and its
  * MachineDeployment — which stops it from creating machines; it is unfrozen automatically once the
  * count falls to the low threshold, or manually with the annotation
- * safety.machine.sapcloud.io/unfreeze. Unlike gardener MCM, every set is checked on every pass
- * (not only the first that needs action), terminating machines do not count (a scale-down in
- * progress is not an overshoot), and a deployment is only unfrozen when none of its sets is frozen.
+ * safety.machine.sapcloud.io/unfreeze. A scale-down never freezes a set (overshoot-plan.ts):
+ * machines being deleted or marked by the autoscaler do not count, and a lowered limit applies
+ * one overshooting period after it was lowered. Unlike gardener MCM, every set is checked on every
+ * pass (not only the first that needs action), and a deployment is only unfrozen when none of its
+ * sets is frozen.
  */
 export class OvershootSafetyController {
   /** One queue per key kind: MachineSet keys here, MachineDeployment keys in `deployments`. */
   readonly sets: Controller;
   readonly deployments: Controller;
   private readonly recorder: EventRecorder;
+  private readonly lowered = new LoweredLimits();
   private periodic: TimerHandle | undefined;
 
   constructor(
@@ -106,25 +76,24 @@ export class OvershootSafetyController {
     workers = 2,
   ) {
     this.recorder = ctx.recorderFor(EventSource.MachineControllerManager);
-    const queue = (name: string, reconcile: (key: string, rctx: ReconcileContext) => Promise<void>) =>
+    const queue = (
+      name: string,
+      reconcile: (key: string, rctx: ReconcileContext) => Promise<ReconcileResult>,
+    ) =>
       new Controller({
         name,
         workers,
-        reconciler: {
-          reconcile: async (key, rctx): Promise<ReconcileResult> => {
-            await reconcile(key, rctx);
-            return {};
-          },
-        },
+        reconciler: { reconcile },
         clock: ctx.clock,
         logger: ctx.logger,
         registry: ctx.registry,
         isRequeueError: isConflict,
       });
     this.sets = queue('safety-overshoot-machineset', (key, rctx) => this.reconcileSet(key, rctx));
-    this.deployments = queue('safety-overshoot-machinedeployment', (key, rctx) =>
-      this.reconcileDeployment(key, rctx),
-    );
+    this.deployments = queue('safety-overshoot-machinedeployment', async (key, rctx) => {
+      await this.reconcileDeployment(key, rctx);
+      return {};
+    });
     const { machines, machineSets, machineDeployments } = ctx.informers;
     machines.addHandler({
       onAdd: (m) => {
@@ -149,18 +118,52 @@ export class OvershootSafetyController {
       onAdd: (ms) => {
         this.enqueueSet(objectKey(ms));
       },
-      onUpdate: (_old, ms) => {
+      onUpdate: (old, ms) => {
+        // A standalone set's limit follows its own replicas.
+        this.noteLimit(ms, this.highOf(old, this.deploymentOf(old)), this.highOf(ms, this.deploymentOf(ms)));
         this.enqueueSet(objectKey(ms));
+      },
+      onDelete: (ms) => {
+        this.lowered.forget(objectKey(ms));
       },
     });
     machineDeployments.addHandler({
       onAdd: (mcd) => {
         this.enqueueDeployment(objectKey(mcd));
       },
-      onUpdate: (_old, mcd) => {
+      onUpdate: (old, mcd) => {
+        // Its sets' limits follow its replicas and surge; its marks say which machines are going.
+        const marksChanged =
+          old.metadata.annotations?.[Annotation.TriggerDeletionByMCM] !==
+          mcd.metadata.annotations?.[Annotation.TriggerDeletionByMCM];
+        for (const ms of this.setsOf(mcd)) {
+          const before = this.highOf(ms, old);
+          const after = this.highOf(ms, mcd);
+          this.noteLimit(ms, before, after);
+          if (before !== after || marksChanged) this.enqueueSet(objectKey(ms));
+        }
         this.enqueueDeployment(objectKey(mcd));
       },
     });
+  }
+
+  private highOf(ms: CachedMachineSet, mcd: CachedMachineDeployment | undefined): number {
+    return overshootThresholds(ms, mcd, this.ctx.settings.safetyUp, this.ctx.settings.safetyDown).high;
+  }
+
+  /** A set's limit went from `before` to `after`: a lowered one applies a period later. */
+  private noteLimit(ms: CachedMachineSet, before: number, after: number): void {
+    this.lowered.lowered(
+      objectKey(ms),
+      before,
+      after,
+      this.ctx.clock.now(),
+      this.ctx.settings.overshootingPeriodMs,
+    );
+  }
+
+  private setsOf(mcd: CachedMachineDeployment): readonly CachedMachineSet[] {
+    return this.ctx.informers.machineSets.byIndex(CONTROLLER_UID_INDEX, mcd.metadata.uid ?? '');
   }
 
   private enqueueSet(key: string): void {
@@ -181,6 +184,16 @@ export class OvershootSafetyController {
   }
 
   start(): void {
+    // What was lowered before this start is unknown: each set keeps what it last reported.
+    const now = this.ctx.clock.now();
+    for (const ms of this.ctx.informers.machineSets.list()) {
+      this.lowered.heldAtStart(
+        objectKey(ms),
+        ms.status?.replicas ?? 0,
+        now,
+        this.ctx.settings.overshootingPeriodMs,
+      );
+    }
     this.sets.start();
     this.deployments.start();
     this.schedulePeriodic();
@@ -197,53 +210,65 @@ export class OvershootSafetyController {
   }
 
   /** Machines that count toward a set's overshoot: owned, carrying the template labels, staying. */
-  countMachines(ms: CachedMachineSet): number {
-    const templateLabels = ms.spec?.template?.metadata?.labels ?? {};
-    return this.ctx.informers.machines
-      .byIndex(CONTROLLER_UID_INDEX, ms.metadata.uid ?? '')
-      .filter((m) => !isTerminating(m) && selectorMatches({ matchLabels: templateLabels }, m.metadata.labels))
-      .length;
+  countMachines(ms: CachedMachineSet, mcd: CachedMachineDeployment | undefined): number {
+    const machines = this.ctx.informers.machines;
+    const owned = machines.byIndex(CONTROLLER_UID_INDEX, ms.metadata.uid ?? '');
+    if (mcd === undefined) return overshootCount(ms, owned, new Set());
+    const sets = this.setsOf(mcd);
+    const going = machinesGoing({
+      mcd,
+      sets,
+      machines: sets.flatMap((s) => machines.byIndex(CONTROLLER_UID_INDEX, s.metadata.uid ?? '')),
+      now: this.ctx.clock.now(),
+    });
+    return overshootCount(ms, owned, going);
   }
 
   /** Freezes or unfreezes one MachineSet (key namespace/name) and, with it, its deployment. */
-  async reconcileSet(key: string, { log }: ReconcileContext): Promise<void> {
+  async reconcileSet(key: string, { log }: ReconcileContext): Promise<ReconcileResult> {
     const ms = this.ctx.informers.machineSets.getByKey(key);
-    if (ms === undefined) return;
+    if (ms === undefined) return {};
     const mcd = this.deploymentOf(ms);
     if (ms.metadata.annotations?.[Annotation.SafetyUnfreeze] !== undefined) {
       log.info('unfreezing MachineSet on request (unfreeze annotation)');
       await this.unfreezeSet(ms);
       if (mcd !== undefined) this.enqueueDeployment(objectKey(mcd));
-      return;
+      return {};
     }
-    const count = this.countMachines(ms);
-    const { high, low } = overshootThresholds(
+    const count = this.countMachines(ms, mcd);
+    const now = this.ctx.clock.now();
+    const { high: limit, low } = overshootThresholds(
       ms,
       mcd,
       this.ctx.settings.safetyUp,
       this.ctx.settings.safetyDown,
     );
-    log.trace('overshoot check', { count, high, low });
+    const { high, heldUntil } = this.lowered.effective(key, limit, now);
+    log.trace('overshoot check', { count, high, low, limit });
     const labelled = ms.metadata.labels?.[Label.Freeze] === LabelValue.True;
     const conditioned =
       findCondition(ms.status?.machineSetCondition, MachineSetConditionType.Frozen) !== undefined;
     const name = ms.metadata.name ?? '';
-    if (count >= high && !(labelled && conditioned)) {
+    const action = decideOvershoot({ count, high, low, labelled, conditioned });
+    // Above the lowered limit but within the former one: look again when the former one ends.
+    const recheck: ReconcileResult =
+      heldUntil !== undefined && count >= limit ? { requeueAfter: Math.max(heldUntil - now, 0) } : {};
+    if (action === 'none') return recheck;
+    if (action === 'unfreeze') {
+      log.info('unfreezing MachineSet: machine count back under the limit', { count, low });
+      await this.unfreezeSet(ms);
+      if (mcd !== undefined) this.enqueueDeployment(objectKey(mcd));
+      return recheck;
+    }
+    if (action === 'freeze' && count >= high) {
       const message = `The number of machines backing MachineSet ${name} is ${count} >= ${high}, its maximum scale-up limit`;
       log.info('freezing MachineSet: too many machines', { count, high });
       await this.freezeSet(ms, ConditionReason.OverShootingReplicaCount, message);
-    } else if (labelled && !conditioned && count > low) {
+    } else if (action === 'freeze') {
       // An earlier freeze set the label but could not record the condition: complete it.
       const message = `MachineSet ${name} was frozen for overshooting and has ${count} machines; it unfreezes at ${low}`;
       log.info('completing the freeze of a MachineSet (condition missing)', { count, low });
       await this.freezeSet(ms, ConditionReason.OverShootingReplicaCount, message);
-    } else if (count <= low && isFrozenSet(ms)) {
-      log.info('unfreezing MachineSet: machine count back under the limit', { count, low });
-      await this.unfreezeSet(ms);
-      if (mcd !== undefined) this.enqueueDeployment(objectKey(mcd));
-      return;
-    } else if (!labelled) {
-      return;
     }
     // The set is frozen now; so is its deployment (also after an earlier pass failed half-way).
     if (mcd !== undefined && !isFullyFrozenDeployment(mcd)) {
@@ -256,6 +281,7 @@ export class OvershootSafetyController {
         `MachineSet ${name} is frozen: ${count} machines, maximum scale-up limit ${high}`,
       );
     }
+    return recheck;
   }
 
   /** Keeps one MachineDeployment's freeze in step with its sets (key namespace/name). */

@@ -9,7 +9,7 @@ import { defaultConfig, type ManagerConfig } from '../../../lib/config.js';
 import { KubeClient } from '../../../lib/kube/client.js';
 import { CoreResources } from '../../../lib/kube/resources.js';
 import type { Node } from '../../../lib/kube/types.js';
-import { Manager } from '../../../lib/manager.js';
+import { Manager, type ManagerDeps } from '../../../lib/manager.js';
 import { createLogger, nullLogger, type Logger } from '../../../lib/observability/logger.js';
 import { newRegistry } from '../../../lib/observability/metrics.js';
 import {
@@ -64,11 +64,15 @@ export class LifecycleEnv {
     };
   }
 
-  async startManager(overrides: Partial<ManagerConfig> = {}): Promise<Manager> {
+  async startManager(
+    overrides: Partial<ManagerConfig> = {},
+    deps: Pick<ManagerDeps, 'wrapInformerClient'> = {},
+  ): Promise<Manager> {
     const manager = new Manager(this.config(overrides), {
       logger: testLogger().child({ component: 'manager' }),
       controlKubeConfig: this.cp.kubeConfig,
       registry: newRegistry(),
+      ...deps,
     });
     await manager.start();
     this.manager = manager;

@@ -320,5 +320,20 @@ describe('lib/api/crds', () => {
         'InPlaceUpdate',
       ]);
     });
+
+    it('spec.replicas of sets and deployments defaults to 0, as gardener MCM reads a missing value', () => {
+      for (const crd of [machineSetCRD, machineDeploymentCRD]) {
+        expect(at(schemaOf(crd), '.spec.replicas').default, crd.spec.names.kind).to.equal(0);
+      }
+    });
+
+    it('a deployment without strategy gets RollingUpdate with maxSurge 1 and maxUnavailable 0', () => {
+      const spec = at(schemaOf(machineDeploymentCRD), '.spec');
+      expect(spec.required).to.not.include('strategy');
+      expect(at(spec, '.strategy').default).to.deep.equal({
+        type: 'RollingUpdate',
+        rollingUpdate: { maxSurge: 1, maxUnavailable: 0 },
+      });
+    });
   });
 });

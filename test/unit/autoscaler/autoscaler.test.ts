@@ -4,6 +4,7 @@ import { expect } from 'chai';
 import { Annotation } from '../../../lib/api/constants.js';
 import type { Machine, MachineClass, MachineDeployment, MachineSet } from '../../../lib/api/types.js';
 import { API_VERSION } from '../../../lib/api/types.js';
+import { replicasOf } from '../../../lib/api/replicas.js';
 import {
   discoverGroups,
   GroupAnnotation,
@@ -195,21 +196,30 @@ describe('autoscaler instances', () => {
 
 describe('autoscaler scaling plans', () => {
   it('IncreaseSize: positive deltas up to max', () => {
-    expect(planIncrease(group(), 2, 3)).to.deep.equal({ replicas: 5 });
-    const over = planIncrease(group(), 3, 3);
+    expect(planIncrease(group(), mcd('md', 2), 3)).to.deep.equal({ replicas: 5 });
+    const over = planIncrease(group(), mcd('md', 3), 3);
     expect('error' in over && over.error.code).to.equal(status.FAILED_PRECONDITION);
-    const zero = planIncrease(group(), 3, 0);
+    const zero = planIncrease(group(), mcd('md', 3), 0);
     expect('error' in zero && zero.error.code).to.equal(status.INVALID_ARGUMENT);
+  });
+
+  it('IncreaseSize: a deployment without spec.replicas has 0, so +1 asks for one machine, not two', () => {
+    const unset = mcd('md', 0);
+    delete unset.spec?.replicas;
+    expect(replicasOf(unset), 'TargetSize').to.equal(0);
+    expect(planIncrease(group(), unset, 1)).to.deep.equal({ replicas: 1 });
   });
 
   it('DeleteNodes: one decrement per new machine, trigger entries appended, repeats and failed machines not counted', () => {
     const d = mcd('md', 4, { [Annotation.TriggerDeletionByMCM]: `m0~2026-11-23T09:00:00Z` });
     const sets = [set('md-1', 4, d)];
+    const going = new Set(['m0']);
     const r = planDeleteNodes({
       group: group(),
       mcd: d,
       sets,
       machines: [machine('m0'), machine('m2'), machine('m1'), machine('m3', { phase: 'Failed' })],
+      going,
       now: NOW,
     });
     expect('plan' in r && r.plan).to.deep.equal({
@@ -218,8 +228,35 @@ describe('autoscaler scaling plans', () => {
       marked: ['m1', 'm2'],
       already: ['m0', 'm3'],
     });
-    const again = planDeleteNodes({ group: group(), mcd: d, sets, machines: [machine('m0')], now: NOW });
+    const again = planDeleteNodes({
+      group: group(),
+      mcd: d,
+      sets,
+      machines: [machine('m0')],
+      going,
+      now: NOW,
+    });
     expect('plan' in again && again.plan.replicas).to.equal(undefined);
+  });
+
+  it('DeleteNodes: a machine still named but whose mark no longer stands is marked anew, as the newest', () => {
+    const d = mcd('md', 3, {
+      [Annotation.TriggerDeletionByMCM]: 'm0~2026-11-23T09:00:00Z,m1~2026-11-23T09:01:00Z',
+    });
+    const r = planDeleteNodes({
+      group: group(),
+      mcd: d,
+      sets: [set('md-1', 3, d)],
+      machines: [machine('m0')],
+      going: new Set(),
+      now: NOW,
+    });
+    expect('plan' in r && r.plan).to.deep.equal({
+      replicas: 2,
+      trigger: 'm1~2026-11-23T09:01:00Z,m0~2026-11-23T10:00:00Z',
+      marked: ['m0'],
+      already: [],
+    });
   });
 
   it('DeleteNodes: refused as a whole below min and during a rollout', () => {
@@ -229,6 +266,7 @@ describe('autoscaler scaling plans', () => {
       mcd: d,
       sets: [set('md-1', 2, d)],
       machines: [machine('a'), machine('b')],
+      going: new Set(),
       now: NOW,
     });
     expect('error' in below && below.error.message).to.match(/min size 1/);
@@ -239,6 +277,7 @@ describe('autoscaler scaling plans', () => {
       mcd: d,
       sets: [old, set('md-1', 2, d)],
       machines: [machine('a')],
+      going: new Set(),
       now: NOW,
     });
     expect('error' in rolling && rolling.error.code).to.equal(status.FAILED_PRECONDITION);
@@ -265,6 +304,7 @@ describe('autoscaler scaling plans', () => {
       sets: [set('md-1', 5, d)],
       machines,
       registered,
+      going: new Set(),
       delta: -2,
       now: NOW,
     });
@@ -276,6 +316,7 @@ describe('autoscaler scaling plans', () => {
       sets: [],
       machines,
       registered,
+      going: new Set(),
       delta: -4,
       now: NOW,
     });
@@ -286,6 +327,7 @@ describe('autoscaler scaling plans', () => {
       sets: [],
       machines,
       registered,
+      going: new Set(),
       delta: -3,
       now: NOW,
     });
@@ -296,6 +338,7 @@ describe('autoscaler scaling plans', () => {
       sets: [],
       machines,
       registered,
+      going: new Set(),
       delta: 1,
       now: NOW,
     });

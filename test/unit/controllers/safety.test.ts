@@ -8,7 +8,14 @@ import {
   type MachineDeployment,
   type MachineSet,
 } from '../../../lib/api/types.js';
-import { OvershootSafetyController, overshootThresholds } from '../../../lib/controllers/safety/overshoot.js';
+import { OvershootSafetyController } from '../../../lib/controllers/safety/overshoot.js';
+import {
+  LoweredLimits,
+  decideOvershoot,
+  overshootCount,
+  overshootThresholds,
+  type OvershootAction,
+} from '../../../lib/controllers/safety/overshoot-plan.js';
 import { ConflictError, UnavailableError } from '../../../lib/kube/errors.js';
 import { nullLogger } from '../../../lib/observability/logger.js';
 import { NS, machine, machineDeployment, machineSet } from './builders.js';
@@ -61,6 +68,94 @@ describe('overshoot thresholds', () => {
   }
 });
 
+describe('overshoot decision', () => {
+  // high 5, low 4
+  const cases: {
+    name: string;
+    count: number;
+    labelled?: boolean;
+    conditioned?: boolean;
+    want: OvershootAction;
+  }[] = [
+    { name: 'below high: nothing', count: 4, want: 'none' },
+    { name: 'at high: freeze', count: 5, want: 'freeze' },
+    { name: 'at high with only the label: complete the freeze', count: 5, labelled: true, want: 'freeze' },
+    {
+      name: 'frozen and still above low: stays frozen',
+      count: 5,
+      labelled: true,
+      conditioned: true,
+      want: 'frozen',
+    },
+    {
+      name: 'label without condition above low: complete the freeze',
+      count: 5,
+      labelled: true,
+      want: 'freeze',
+    },
+    { name: 'frozen, back at low: unfreeze', count: 4, labelled: true, conditioned: true, want: 'unfreeze' },
+    { name: 'only a stale condition, at low: unfreeze', count: 3, conditioned: true, want: 'unfreeze' },
+  ];
+  for (const tc of cases) {
+    it(tc.name, () => {
+      expect(
+        decideOvershoot({
+          count: tc.count,
+          high: 5,
+          low: 4,
+          labelled: tc.labelled ?? false,
+          conditioned: tc.conditioned ?? false,
+        }),
+      ).to.equal(tc.want);
+    });
+  }
+});
+
+describe('overshoot count', () => {
+  it('counts only the machines that stay: not being deleted, not marked by the autoscaler, with the template labels', () => {
+    const ms = machineSet('ms', 1);
+    const owned = [
+      machine('stays', { owner: ms }),
+      machine('leaving', { owner: ms, deleting: true }),
+      machine('marked', { owner: ms }),
+      machine('relabelled', { owner: ms, labels: { app: 'other' } }),
+    ];
+    expect(overshootCount(ms, owned, new Set(['marked']))).to.equal(1);
+  });
+});
+
+describe('lowered overshoot limits', () => {
+  const HOLD = 60_000;
+  it('keeps a lowered limit for one period, then the new one applies', () => {
+    const limits = new LoweredLimits();
+    limits.lowered('ns/ms', 7, 4, 0, HOLD);
+    expect(limits.effective('ns/ms', 4, 1_000)).to.deep.equal({ high: 7, heldUntil: HOLD });
+    expect(limits.effective('ns/ms', 4, HOLD)).to.deep.equal({ high: 4 });
+  });
+
+  it('ignores a raised limit, and a limit raised above the held one wins', () => {
+    const limits = new LoweredLimits();
+    limits.lowered('ns/ms', 4, 7, 0, HOLD);
+    expect(limits.effective('ns/ms', 7, 1)).to.deep.equal({ high: 7 });
+    limits.lowered('ns/ms', 7, 4, 0, HOLD);
+    expect(limits.effective('ns/ms', 9, 1)).to.deep.equal({ high: 9 });
+  });
+
+  it('two scale-downs in a row hold the highest former limit from the last one on', () => {
+    const limits = new LoweredLimits();
+    limits.lowered('ns/ms', 9, 7, 0, HOLD);
+    limits.lowered('ns/ms', 7, 4, 30_000, HOLD);
+    expect(limits.effective('ns/ms', 4, 80_000)).to.deep.equal({ high: 9, heldUntil: 90_000 });
+  });
+
+  it('at start, a set keeps the machines it last reported for one period', () => {
+    const limits = new LoweredLimits();
+    limits.heldAtStart('ns/ms', 6, 0, HOLD);
+    expect(limits.effective('ns/ms', 4, 1)).to.deep.equal({ high: 7, heldUntil: HOLD });
+    expect(limits.effective('ns/ms', 4, HOLD)).to.deep.equal({ high: 4 });
+  });
+});
+
 describe('OvershootSafetyController', () => {
   let env: ControllerTestEnv;
   let safety: OvershootSafetyController;
@@ -76,6 +171,15 @@ describe('OvershootSafetyController', () => {
     safety = new OvershootSafetyController(env.ctx);
     await env.start();
     env.api.clearActions();
+  }
+
+  /** What `kubectl scale` does: a new spec.replicas, seen by the informers. */
+  async function scaleDeployment(name: string, replicas: number): Promise<void> {
+    const live = env.api.peek<MachineDeployment>(MachineDeploymentResource, name, NS);
+    if (live?.spec === undefined) throw new Error(`no deployment ${name}`);
+    live.spec.replicas = replicas;
+    await env.api.update(MachineDeploymentResource, live);
+    await env.settle();
   }
 
   it('freezes a set (label, condition, event) and its deployment when its machines reach the high threshold', async () => {
@@ -269,6 +373,78 @@ describe('OvershootSafetyController', () => {
     const gotMs = env.api.peek<MachineSet>(MachineSetResource, 'ms', NS);
     expect(gotMs?.metadata.labels?.freeze).to.equal(undefined);
     expect(gotMs?.metadata.annotations?.['safety.machine.sapcloud.io/unfreeze']).to.equal(undefined);
+  });
+
+  it('does not freeze a set whose deployment the autoscaler scaled down by the machines it marked', async () => {
+    // 4 machines, replicas 4 -> 1 with three machines named: high = 1 + 1 + 2 = 4.
+    const mcd = machineDeployment('d', 1);
+    const ms = ownedBy(machineSet('ms', 4), mcd);
+    mcd.metadata.annotations = {
+      'node.machine.sapcloud.io/trigger-deletion-by-mcm':
+        'm1~2026-11-21T09:59:00Z,m2~2026-11-21T09:59:00Z,m3~2026-11-21T09:59:00Z',
+    };
+    env.seed(MachineDeploymentResource, mcd);
+    env.seed(MachineSetResource, ms);
+    for (let i = 0; i < 4; i++) env.seed(MachineResource, machine(`m${i}`, { owner: ms }));
+    await start();
+    const result = await safety.reconcileSet(`${NS}/ms`, rctx);
+    expect(env.api.writes(), 'no freeze').to.deep.equal([]);
+    expect(env.recorder.reasons()).to.deep.equal([]);
+    expect(result, 'nothing to look at again').to.deep.equal({});
+  });
+
+  it('a plain scale-down keeps the former limit for one period; machines still there after it overshoot', async () => {
+    const mcd = machineDeployment('d', 4); // high 4 + 1 + 2 = 7
+    const ms = ownedBy(machineSet('ms', 4), mcd);
+    env.seed(MachineDeploymentResource, mcd);
+    env.seed(MachineSetResource, ms);
+    for (let i = 0; i < 4; i++) env.seed(MachineResource, machine(`m${i}`, { owner: ms }));
+    await start();
+    // kubectl scale --replicas=1: high 4, and the 4 machines are not deleted yet.
+    await scaleDeployment('d', 1);
+    env.api.clearActions();
+    const held = await safety.reconcileSet(`${NS}/ms`, rctx);
+    expect(env.api.writes(), 'no freeze while the scale-down may run').to.deep.equal([]);
+    expect(held.requeueAfter, 'looked at again when the former limit ends').to.equal(60_000);
+    // Nothing deleted them within the period: now they are an overshoot.
+    await env.clock.advance(60_000);
+    await safety.reconcileSet(`${NS}/ms`, rctx);
+    expect(env.api.peek<MachineSet>(MachineSetResource, 'ms', NS)?.metadata.labels?.freeze).to.equal('True');
+    expect(env.recorder.reasons()).to.deep.equal(['FrozeMachineSet']);
+  });
+
+  it('freezes machines beyond even the former limit at once', async () => {
+    const mcd = machineDeployment('d', 4);
+    const ms = ownedBy(machineSet('ms', 4), mcd);
+    env.seed(MachineDeploymentResource, mcd);
+    env.seed(MachineSetResource, ms);
+    for (let i = 0; i < 7; i++) env.seed(MachineResource, machine(`m${i}`, { owner: ms }));
+    await start();
+    await scaleDeployment('d', 1);
+    await safety.reconcileSet(`${NS}/ms`, rctx);
+    expect(env.recorder.reasons(), '7 machines >= 7, the former limit').to.deep.equal(['FrozeMachineSet']);
+  });
+
+  it('after a start, a set keeps the machines its status reported for one period', async () => {
+    const mcd = machineDeployment('d', 1); // high 4
+    const ms = ownedBy(machineSet('ms', 1), mcd);
+    ms.status = { replicas: 4 };
+    env.seed(MachineDeploymentResource, mcd);
+    env.seed(MachineSetResource, ms);
+    for (let i = 0; i < 4; i++) env.seed(MachineResource, machine(`m${i}`, { owner: ms }));
+    await start();
+    safety.start();
+    try {
+      await safety.reconcileSet(`${NS}/ms`, rctx);
+      expect(env.recorder.reasons(), 'reported before the start').to.deep.equal([]);
+      await env.clock.advance(60_000);
+      await eventually(
+        () => env.recorder.reasons().includes('FrozeMachineSet'),
+        'frozen by the periodic check once the period is over',
+      );
+    } finally {
+      await safety.stop();
+    }
   });
 
   it('checks every set and deployment each overshooting period', async () => {

@@ -4,8 +4,11 @@ import { isRFC3339, parseTriggerDeletion } from '../../../../lib/api/triggerdele
 import type { Machine } from '../../../../lib/api/types.js';
 import {
   machineMarkPatch,
+  machineUnmarkPatch,
+  machinesGoing,
   planTriggerDeletion,
-} from '../../../../lib/controllers/machinedeployment/autoscaler.js';
+  type SetView,
+} from '../../../../lib/controllers/machinedeployment/marks.js';
 import { deployment, machineOf, NOW, NOW_RFC3339, ownedSet } from './fixtures.js';
 
 const TRIGGER = 'node.machine.sapcloud.io/trigger-deletion-by-mcm';
@@ -47,22 +50,26 @@ describe('planTriggerDeletion', () => {
       machineOf(foreign, 'theirs'),
     ].map((m) => [m.metadata.name ?? '', m]),
   );
+  // Enough surplus for every mark: these cases are about cleaning the list.
+  const view: SetView = { uid: ms.metadata.uid ?? '', replicas: 3, active: 9 };
   const plan = (annotations: Record<string, string>) =>
     planTriggerDeletion({
       mcd: { ...mcd, metadata: { ...mcd.metadata, annotations } },
       now: NOW,
       machine: (name) => machines.get(name),
-      ownedByDeployment: (m) => m.metadata.ownerReferences?.[0]?.uid === ms.metadata.uid,
+      setOf: (m) => (m.metadata.ownerReferences?.[0]?.uid === ms.metadata.uid ? view : undefined),
+      sets: [view],
+      markedMachines: [],
     });
 
-  it('does nothing without the annotation', () => {
-    expect(plan({})).to.equal(undefined);
+  it('changes nothing without the annotation', () => {
+    expect(plan({})).to.deep.include({ value: undefined, changed: false, marks: [], unmark: [] });
   });
 
   it('keeps entries of live machines of this deployment and marks exactly them', () => {
     const p = plan({ [TRIGGER]: `m1~${T1},m2~${T2}` });
     expect(p).to.deep.include({ value: `m1~${T1},m2~${T2}`, changed: false, setScalerTime: undefined });
-    expect(p?.marks).to.deep.equal([
+    expect(p.marks).to.deep.equal([
       { name: 'm1', time: T1 },
       { name: 'm2', time: T2 },
     ]);
@@ -70,10 +77,10 @@ describe('planTriggerDeletion', () => {
 
   it('drops malformed entries and those of missing, foreign, failed or terminating machines', () => {
     const p = plan({ [TRIGGER]: `m1~${T1},bad~nope,ghost~${T1},theirs~${T1},failed~${T1},leaving~${T1}` });
-    expect(p?.value).to.equal(`m1~${T1}`);
-    expect(p?.changed).to.equal(true);
-    expect(p?.marks.map((m) => m.name)).to.deep.equal(['m1']);
-    expect(p?.dropped.map((d) => d.why)).to.deep.equal([
+    expect(p.value).to.equal(`m1~${T1}`);
+    expect(p.changed).to.equal(true);
+    expect(p.marks.map((m) => m.name)).to.deep.equal(['m1']);
+    expect(p.dropped.map((d) => d.why)).to.deep.equal([
       '"nope" is not an RFC 3339 time',
       'machine does not exist',
       'machine does not belong to this machine deployment',
@@ -85,13 +92,13 @@ describe('planTriggerDeletion', () => {
   it('removes the annotation once no entry is left', () => {
     const p = plan({ [TRIGGER]: `leaving~${T1}` });
     expect(p).to.deep.include({ value: undefined, changed: true });
-    expect(p?.marks).to.deep.equal([]);
+    expect(p.marks).to.deep.equal([]);
   });
 
   it('gives legacy entries the recorded scaler time', () => {
     const p = plan({ [TRIGGER]: 'm1', [SCALER_TIME]: T1 });
     expect(p).to.deep.include({ value: `m1~${T1}`, changed: true, setScalerTime: undefined });
-    expect(p?.marks).to.deep.equal([{ name: 'm1', time: T1 }]);
+    expect(p.marks).to.deep.equal([{ name: 'm1', time: T1 }]);
   });
 
   it('records now as scaler time for legacy entries when none is recorded', () => {
@@ -104,7 +111,150 @@ describe('planTriggerDeletion', () => {
   });
 
   it('lists a machine named twice once', () => {
-    expect(plan({ [TRIGGER]: `m1~${T1},m1~${T2}` })?.marks).to.deep.equal([{ name: 'm1', time: T1 }]);
+    expect(plan({ [TRIGGER]: `m1~${T1},m1~${T2}` }).marks).to.deep.equal([{ name: 'm1', time: T1 }]);
+  });
+});
+
+describe('planTriggerDeletion: a mark stands only with a replica surplus behind it', () => {
+  const EARLY = '2026-11-21T09:00:00Z';
+  const LATE = '2026-11-21T09:05:00Z';
+  const MARK = {
+    'machinepriority.machine.sapcloud.io': '1',
+    'machine.sapcloud.io/marked-for-deletion-time': EARLY,
+  };
+
+  interface Case {
+    name: string;
+    /** The deployment's spec.replicas. */
+    replicas: number;
+    /** The set's spec.replicas and how many machines (not being deleted) it has in the cache. */
+    set: { replicas: number; active: number };
+    trigger?: string;
+    /** Machines that already carry a mark. */
+    carrying?: string[];
+    standing: string[];
+    unmark: string[];
+  }
+  const cases: Case[] = [
+    {
+      name: 'the decrement that came with the mark backs it',
+      replicas: 2,
+      set: { replicas: 3, active: 3 },
+      trigger: `m1~${EARLY}`,
+      standing: ['m1'],
+      unmark: [],
+    },
+    {
+      name: 'it still stands once the set was scaled down',
+      replicas: 2,
+      set: { replicas: 2, active: 3 },
+      trigger: `m1~${EARLY}`,
+      carrying: ['m1'],
+      standing: ['m1'],
+      unmark: [],
+    },
+    {
+      name: 'replicas raised again before the set shrank: the mark goes, from the list and the machine',
+      replicas: 3,
+      set: { replicas: 3, active: 3 },
+      trigger: `m1~${EARLY}`,
+      carrying: ['m1'],
+      standing: [],
+      unmark: ['m1'],
+    },
+    {
+      name: 'a scale-up still to be created leaves no surplus',
+      replicas: 4,
+      set: { replicas: 3, active: 3 },
+      trigger: `m1~${EARLY}`,
+      carrying: ['m1'],
+      standing: [],
+      unmark: ['m1'],
+    },
+    {
+      name: 'raised while the set is deleting: the mark stays until the set is sized up, or another machine would go',
+      replicas: 3,
+      set: { replicas: 2, active: 3 },
+      trigger: `m1~${EARLY}`,
+      carrying: ['m1'],
+      standing: ['m1'],
+      unmark: [],
+    },
+    {
+      name: 'fewer surplus machines than marks: the newest marks stand (the latest request)',
+      replicas: 2,
+      set: { replicas: 3, active: 3 },
+      trigger: `m2~${LATE},m1~${EARLY}`,
+      carrying: ['m1'],
+      standing: ['m2'],
+      unmark: ['m1'],
+    },
+    {
+      name: 'marks of the same second: the later entry is the newer',
+      replicas: 2,
+      set: { replicas: 3, active: 3 },
+      trigger: `m1~${EARLY},m2~${EARLY}`,
+      standing: ['m2'],
+      unmark: [],
+    },
+    {
+      name: 'a machine created but not yet in the cache counts toward the surplus',
+      replicas: 2,
+      set: { replicas: 3, active: 2 },
+      trigger: `m1~${EARLY}`,
+      standing: ['m1'],
+      unmark: [],
+    },
+    {
+      name: 'a machine carrying a mark whose entry is gone is unmarked',
+      replicas: 3,
+      set: { replicas: 3, active: 3 },
+      carrying: ['m3'],
+      standing: [],
+      unmark: ['m3'],
+    },
+    {
+      name: 'two marks, two surplus machines: both stand',
+      replicas: 1,
+      set: { replicas: 3, active: 3 },
+      trigger: `m1~${EARLY},m2~${LATE}`,
+      standing: ['m1', 'm2'],
+      unmark: [],
+    },
+  ];
+
+  for (const c of cases) {
+    it(c.name, () => {
+      const mcd = deployment('d', c.replicas, {
+        annotations: c.trigger === undefined ? {} : { [TRIGGER]: c.trigger },
+      });
+      const ms = ownedSet(mcd, c.set.replicas);
+      const view: SetView = { uid: ms.metadata.uid ?? '', ...c.set };
+      const all = ['m1', 'm2', 'm3'].map((name) =>
+        machineOf(ms, name, (c.carrying ?? []).includes(name) ? { annotations: MARK } : {}),
+      );
+      const p = planTriggerDeletion({
+        mcd,
+        now: NOW,
+        machine: (name) => all.find((m) => m.metadata.name === name),
+        setOf: () => view,
+        sets: [view],
+        markedMachines: all.filter((m) => (c.carrying ?? []).includes(m.metadata.name ?? '')),
+      });
+      expect(p.marks.map((m) => m.name).sort(), 'standing marks').to.deep.equal(c.standing);
+      expect(p.unmark, 'machines to unmark').to.deep.equal(c.unmark);
+      const kept = (p.value ?? '').split(',').filter((e) => e !== '');
+      expect(kept.map((e) => e.split('~')[0]).sort(), 'annotation').to.deep.equal(c.standing);
+    });
+  }
+
+  it('the server sees the same machines going as the controller keeps marked', () => {
+    const mcd = deployment('d', 3, { annotations: { [TRIGGER]: `m1~${EARLY}` } });
+    const ms = ownedSet(mcd, 3);
+    const all = ['m1', 'm2', 'm3'].map((name) => machineOf(ms, name));
+    expect([...machinesGoing({ mcd, sets: [ms], machines: all, now: NOW })]).to.deep.equal([]);
+    const lowered = deployment('d', 2, { annotations: { [TRIGGER]: `m1~${EARLY}` } });
+    expect([...machinesGoing({ mcd: lowered, sets: [ms], machines: all, now: NOW })]).to.deep.equal(['m1']);
   });
 });
 
@@ -124,6 +274,31 @@ describe('machineMarkPatch', () => {
     expect(machineMarkPatch(marked, T1)).to.equal(undefined);
     expect(machineMarkPatch(marked, T2)).to.deep.include({
       'machine.sapcloud.io/marked-for-deletion-time': T2,
+    });
+  });
+});
+
+describe('machineUnmarkPatch', () => {
+  const ms = ownedSet(deployment('d', 1), 1);
+  it('removes the mark time and gives priority 1 back the default 3; another priority stays', () => {
+    const ours = machineOf(ms, 'a', {
+      annotations: {
+        'machinepriority.machine.sapcloud.io': '1',
+        'machine.sapcloud.io/marked-for-deletion-time': T1,
+      },
+    });
+    expect(machineUnmarkPatch(ours)).to.deep.equal({
+      'machine.sapcloud.io/marked-for-deletion-time': null,
+      'machinepriority.machine.sapcloud.io': '3',
+    });
+    const userSet = machineOf(ms, 'b', {
+      annotations: {
+        'machinepriority.machine.sapcloud.io': '2',
+        'machine.sapcloud.io/marked-for-deletion-time': T1,
+      },
+    });
+    expect(machineUnmarkPatch(userSet)).to.deep.equal({
+      'machine.sapcloud.io/marked-for-deletion-time': null,
     });
   });
 });

@@ -96,6 +96,17 @@ describe('MachineDeploymentController.reconcile', () => {
     await env.settle();
   }
 
+  /** The machines a MachineSet controller pass over `ms` deletes. */
+  async function deletedBySetController(ms: MachineSet | undefined): Promise<(string | undefined)[]> {
+    const machineSets = new MachineSetController(env.ctx);
+    env.api.clearActions();
+    await machineSets.reconcile(`${NS}/${ms?.metadata.name ?? ''}`, rctx);
+    return env.api
+      .writes()
+      .filter((w) => w.verb === 'delete' && w.resource.startsWith('machines.'))
+      .map((w) => w.name);
+  }
+
   async function setStatus(ms: MachineSet | undefined, replicas: number, available: number): Promise<void> {
     if (ms === undefined) throw new Error('no such machine set');
     await env.api.updateStatus(MachineSetResource, {
@@ -413,14 +424,7 @@ describe('MachineDeploymentController.reconcile', () => {
       markTime,
     );
 
-    const sets = new MachineSetController(env.ctx);
-    env.api.clearActions();
-    await sets.reconcile(`${NS}/${scaled?.metadata.name ?? ''}`, rctx);
-    const deleted = env.api
-      .writes()
-      .filter((w) => w.verb === 'delete' && w.resource.startsWith('machines.'))
-      .map((w) => w.name);
-    expect(deleted).to.deep.equal(['m-1']);
+    expect(await deletedBySetController(scaled)).to.deep.equal(['m-1']);
 
     await env.settle();
     await reconcile();
@@ -428,6 +432,50 @@ describe('MachineDeploymentController.reconcile', () => {
       current().metadata.annotations ?? {},
       'entry of a terminating machine dropped',
     ).to.not.have.property(TRIGGER);
+  });
+
+  it('unmarks a machine once replicas rise again before it went, and a later request deletes the machine it names', async () => {
+    const mcd = deployment('d', 3, { annotations: { 'deployment.kubernetes.io/revision': '1' } });
+    const ms = ownedSet(mcd, 3, { revision: 1, desired: 3 });
+    await setup({ mcd, sets: [ms], machines: machinesOf(ms, 'm', 3) });
+    const deleteNodes = (name: string, time: string): Promise<void> =>
+      updateDeployment((d) => {
+        if (d.spec !== undefined) d.spec.replicas = (d.spec.replicas ?? 0) - 1;
+        const trigger = d.metadata.annotations?.[TRIGGER];
+        d.metadata.annotations = {
+          ...(d.metadata.annotations ?? {}),
+          [TRIGGER]: [trigger, `${name}~${time}`].filter((e) => e !== undefined).join(','),
+          [SCALER_TIME]: time,
+        };
+      });
+    const priority = (name: string): string | undefined =>
+      env.api.peek<Machine>(MachineResource, name, NS)?.metadata.annotations?.[
+        'machinepriority.machine.sapcloud.io'
+      ];
+
+    await deleteNodes('m-0', '2026-11-21T09:58:00Z');
+    await reconcile();
+    expect(priority('m-0'), 'marked').to.equal('1');
+    // IncreaseSize(+1) before the set shrank: no machine is to go any more.
+    await updateDeployment((d) => {
+      if (d.spec !== undefined) d.spec.replicas = 3;
+    });
+    await reconcile();
+    expect(current().metadata.annotations ?? {}, 'entry removed').to.not.have.property(TRIGGER);
+    expect(priority('m-0'), 'back to the default priority').to.equal('3');
+    expect(
+      env.api.peek<Machine>(MachineResource, 'm-0', NS)?.metadata.annotations ?? {},
+    ).to.not.have.property('machine.sapcloud.io/marked-for-deletion-time');
+
+    await deleteNodes('m-1', '2026-11-21T09:59:00Z');
+    await reconcile();
+    await reconcile();
+    const scaled = setOfClass('small');
+    expect(scaled?.spec?.replicas).to.equal(2);
+    expect(
+      await deletedBySetController(scaled),
+      'the machine named last goes, not the one unmarked',
+    ).to.deep.equal(['m-1']);
   });
 
   it('without a target cluster, reports InPlaceUpdate as unsupported and keeps scaling without rolling', async () => {
