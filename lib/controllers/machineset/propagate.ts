@@ -1,10 +1,18 @@
 import { Annotation, PreserveValue } from '../../api/constants.js';
 import { MACHINE_CONFIGURATION_FIELDS, type MachineSet } from '../../api/types.js';
-import { jsonEqual } from '../../kube/equal.js';
+import { jsonEqual, withoutGoZeroValues } from '../../kube/equal.js';
 import type { DeepReadonly } from '../../kube/informer.js';
 import { isFailed, isTerminating, type AnyMachine } from '../machines.js';
 
 const same = jsonEqual;
+
+/**
+ * Node templates compared as the Go structs behind them: gardener's provider-side machine
+ * controller writes an unset template back as `{metadata: {creationTimestamp: null}, spec: {}}`,
+ * which is the same template as none at all and must not be "corrected" on every write it makes.
+ */
+const sameNodeTemplate = (a: unknown, b: unknown): boolean =>
+  jsonEqual(withoutGoZeroValues(a), withoutGoZeroValues(b));
 
 /**
  * The merge patch bringing a machine's node template, machine configuration and class kind in
@@ -19,7 +27,7 @@ export function propagationPatch(
   const tmpl = ms.spec?.template?.spec ?? {};
   const spec: Record<string, unknown> = {};
   if (!isTerminating(m) && !isFailed(m)) {
-    if (!same(tmpl.nodeTemplate, m.spec?.nodeTemplate)) spec.nodeTemplate = tmpl.nodeTemplate ?? null;
+    if (!sameNodeTemplate(tmpl.nodeTemplate, m.spec?.nodeTemplate)) spec.nodeTemplate = tmpl.nodeTemplate ?? null;
     const effectiveTimeout = ms.metadata.annotations?.[Annotation.EffectiveCreationTimeout];
     for (const f of MACHINE_CONFIGURATION_FIELDS) {
       const want = f === 'creationTimeout' && effectiveTimeout !== undefined ? effectiveTimeout : tmpl[f];
