@@ -121,6 +121,23 @@ is_built() {
 # The function is called as <function> <out-dir> <logfile> [args...] inside $TOOLS_DIR/src.
 build_component() {
   local name=$1 version=$2
+  # One build of a component at a time, across processes (CI beside `npm start`, two terminals):
+  # a second run waits for the first, then finds the component cached. The lock is held for this
+  # component only, so runs that build components in different orders cannot deadlock.
+  local lockfd=""
+  if command -v flock >/dev/null 2>&1; then
+    exec {lockfd}>"$TOOLS_DIR/.lock-$name-$version"
+    if ! flock -n "$lockfd"; then
+      log "$name $version: another build of it is running; waiting for it"
+      flock "$lockfd"
+    fi
+  fi
+  build_component_unlocked "$@"
+  if [[ -n $lockfd ]]; then exec {lockfd}>&-; fi
+}
+
+build_component_unlocked() {
+  local name=$1 version=$2
   shift 2
   local bins=()
   while [[ $1 != "--" ]]; do
