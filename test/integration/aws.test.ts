@@ -17,6 +17,7 @@ import {
 import { CoreResources } from '../../lib/kube/resources.js';
 import type { CoreEvent, Node, Secret } from '../../lib/kube/types.js';
 import { Ec2KubeletSimulator } from '../harness/ec2kubelet.js';
+import { Ec2FaultProxy } from '../harness/ec2proxy.js';
 import { startMoto, type Moto } from '../harness/moto.js';
 import {
   CLUSTER_TAG,
@@ -41,6 +42,7 @@ const instanceIdOf = (providerID: string): string => providerID.slice(providerID
 describe('AWS provider on the EC2 emulator (real kube-apiserver, kwok, moto)', function () {
   this.timeout(240_000);
   let moto: Moto;
+  let proxy: Ec2FaultProxy;
   let env: LifecycleEnv;
   let cloud: Ec2Cloud;
   let kubelet: Ec2KubeletSimulator;
@@ -48,20 +50,25 @@ describe('AWS provider on the EC2 emulator (real kube-apiserver, kwok, moto)', f
 
   before(async () => {
     moto = await startMoto();
-    // The SDK's standard variable: the manager's driver reaches the emulator with no flag of ours.
-    process.env.AWS_ENDPOINT_URL_EC2 = moto.endpoint;
+    proxy = new Ec2FaultProxy(moto.endpoint);
+    // The SDK's standard variable: the manager's driver reaches the emulator (through the fault
+    // proxy) with no flag of ours.
+    process.env.AWS_ENDPOINT_URL_EC2 = await proxy.start();
     env = await LifecycleEnv.start({ kwok: true });
     await env.startManager({ machineSafetyOrphanVmsPeriodMs: 3_000 });
   });
 
   after(async () => {
     await env.stop();
+    await proxy.stop();
     await moto.stop();
     if (savedEndpoint === undefined) delete process.env.AWS_ENDPOINT_URL_EC2;
     else process.env.AWS_ENDPOINT_URL_EC2 = savedEndpoint;
   });
 
   beforeEach(async () => {
+    proxy.clearRules();
+    proxy.resetCounts();
     await moto.reset();
     cloud = await provisionCloud(moto.endpoint);
     kubelet = new Ec2KubeletSimulator({
@@ -74,6 +81,7 @@ describe('AWS provider on the EC2 emulator (real kube-apiserver, kwok, moto)', f
   });
 
   afterEach(async () => {
+    proxy.clearRules();
     await kubelet.stop();
     cloud.ec2.destroy();
     cloud.iam.destroy();
@@ -272,5 +280,79 @@ describe('AWS provider on the EC2 emulator (real kube-apiserver, kwok, moto)', f
     expect(events[0]?.message).to.match(/ami is required|providerSpec\.ami: Required value/);
     expect(await taggedInstances(cloud.ec2), 'no instance was started').to.deep.equal([]);
     await removeDeployment('no-ami');
+  });
+
+  it('a create whose RunInstances answer was lost finds the instance it started: exactly one instance', async () => {
+    await applySample('lost-mc');
+    proxy.rule({ action: 'RunInstances', times: 1, dropAnswer: true });
+    await env.createDeployment('lost', 1, 'lost-mc');
+    const [m] = await until('1 Running machine', () => runningFleet('lost', 1), 180_000);
+    expect(proxy.faulted.get('RunInstances'), 'the first answer was dropped').to.equal(1);
+    // The emulator ignores ClientToken: a second RunInstances would have started a second instance.
+    expect(proxy.calls.get('RunInstances'), 'RunInstances was not sent again').to.equal(1);
+    const live = await liveInstances();
+    expect(live.map((i) => i.InstanceId)).to.deep.equal([instanceIdOf(m?.spec?.providerID ?? '')]);
+    await removeDeployment('lost');
+  });
+
+  it('InsufficientInstanceCapacity on one class: its machine shows ResourceExhausted, the other class runs', async () => {
+    await applySample('scarce-mc', (c) => {
+      c.providerSpec.machineType = 'm5.large';
+    });
+    await applySample('plenty-mc');
+    proxy.rule({
+      action: 'RunInstances',
+      match: (params) => params.get('InstanceType') === 'm5.large',
+      error: {
+        status: 500,
+        code: 'InsufficientInstanceCapacity',
+        message:
+          'We currently do not have sufficient m5.large capacity in the Availability Zone you requested.',
+      },
+    });
+    await env.createDeployment('scarce', 1, 'scarce-mc');
+    await env.createDeployment('plenty', 1, 'plenty-mc');
+    const scarce = await until('the scarce machine reports ResourceExhausted', async () => {
+      const [m] = await env.machines('scarce');
+      return m?.status?.lastOperation?.errorCode === 'ResourceExhausted' ? m : undefined;
+    });
+    expect(scarce.status?.lastOperation?.description).to.include('InsufficientInstanceCapacity');
+    expect(phaseOf(scarce)).to.equal(MachinePhase.CrashLoopBackOff);
+    expect(scarce.spec?.providerID ?? '').to.equal('');
+    await until('the other class runs', () => runningFleet('plenty', 1), 180_000);
+    const types = (await liveInstances()).map((i) => i.InstanceType);
+    expect(types, 'no m5.large instance was started').to.deep.equal(['t2.large']);
+    await removeDeployment('scarce');
+    await removeDeployment('plenty');
+  });
+
+  it('throttling bursts and latency: a 0→4 scale converges with no failed create', async () => {
+    await applySample('busy-mc');
+    proxy.rule({
+      times: 4,
+      error: { status: 503, code: 'RequestLimitExceeded', message: 'Request limit exceeded.' },
+    });
+    proxy.rule({ delayMs: 200 });
+    await env.createDeployment('busy', 4, 'busy-mc');
+    const troubled = new Set<string>();
+    await until(
+      '4 Running machines',
+      async () => {
+        for (const m of await env.machines('busy')) {
+          if (m.status?.lastOperation?.state === 'Failed' || phaseOf(m) === MachinePhase.Failed) {
+            troubled.add(`${m.metadata.name ?? ''}: ${m.status?.lastOperation?.description ?? ''}`);
+          }
+        }
+        return runningFleet('busy', 4);
+      },
+      180_000,
+    );
+    expect(
+      [...proxy.faulted.values()].reduce((a, b) => a + b, 0),
+      'the throttling and latency happened',
+    ).to.be.greaterThan(4);
+    expect([...troubled], 'no machine saw a failed operation').to.deep.equal([]);
+    expect(await liveInstances()).to.have.length(4);
+    await removeDeployment('busy');
   });
 });

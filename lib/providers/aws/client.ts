@@ -4,7 +4,8 @@
 // The endpoint is the SDK's own business: AWS_ENDPOINT_URL_EC2 or AWS_ENDPOINT_URL (or the shared
 // config file's endpoint_url) point it at a VPC endpoint, a proxy or an emulator. Throttling and
 // transient errors are retried by the SDK with backoff (adaptive mode also slows the client down
-// when EC2 throttles it), so they reach the driver only when they persist.
+// when EC2 throttles it), so they reach the driver only when they persist; RunInstances alone is
+// retried by the driver, which must know whether a failed attempt started an instance.
 
 import {
   DescribeImagesCommand,
@@ -28,6 +29,7 @@ import { fromTokenFile } from '@aws-sdk/credential-provider-web-identity';
 import type { AwsCredentials } from './credentials.js';
 
 export interface Ec2Api {
+  /** Sent once: never retried by the client itself. */
   runInstances(input: RunInstancesCommandInput, signal?: AbortSignal): Promise<RunInstancesCommandOutput>;
   describeInstances(
     input: DescribeInstancesCommandInput,
@@ -55,7 +57,7 @@ const CONNECTION_TIMEOUT_MS = 5_000;
 
 /** The real EC2 client for a region and credentials. */
 export const sdkEc2Api: Ec2ApiFactory = (region, credentials) => {
-  const client = new EC2Client({
+  const config = {
     region,
     credentials:
       credentials.kind === 'static'
@@ -65,14 +67,16 @@ export const sdkEc2Api: Ec2ApiFactory = (region, credentials) => {
             roleArn: credentials.roleARN,
             roleSessionName: 'machine-controller-manager',
           }),
-    maxAttempts: MAX_ATTEMPTS,
-    retryMode: 'adaptive',
     requestHandler: { requestTimeout: REQUEST_TIMEOUT_MS, connectionTimeout: CONNECTION_TIMEOUT_MS },
-  });
+  };
+  const client = new EC2Client({ ...config, maxAttempts: MAX_ATTEMPTS, retryMode: 'adaptive' });
+  // RunInstances is not retried by the SDK: after a timeout or a lost answer the driver first
+  // looks for the instance the attempt may have started (see AwsDriver.launch).
+  const launcher = new EC2Client({ ...config, maxAttempts: 1 });
   const opts = (signal?: AbortSignal): { abortSignal?: AbortSignal } =>
     signal === undefined ? {} : { abortSignal: signal };
   return {
-    runInstances: (input, signal) => client.send(new RunInstancesCommand(input), opts(signal)),
+    runInstances: (input, signal) => launcher.send(new RunInstancesCommand(input), opts(signal)),
     describeInstances: (input, signal) => client.send(new DescribeInstancesCommand(input), opts(signal)),
     describeImages: (input, signal) => client.send(new DescribeImagesCommand(input), opts(signal)),
     terminateInstances: (input, signal) => client.send(new TerminateInstancesCommand(input), opts(signal)),
@@ -81,6 +85,7 @@ export const sdkEc2Api: Ec2ApiFactory = (region, credentials) => {
     },
     destroy: () => {
       client.destroy();
+      launcher.destroy();
     },
   };
 };

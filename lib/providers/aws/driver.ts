@@ -34,7 +34,7 @@ import {
   readUserData,
   secretValues,
 } from './credentials.js';
-import { awsErrorInfo, INSTANCE_NOT_FOUND_CODES, toMachineError } from './errors.js';
+import { awsErrorInfo, INSTANCE_NOT_FOUND_CODES, launchFailure, toMachineError } from './errors.js';
 import { NAME_TAG, needsRootDeviceName, runInstancesInput } from './launch.js';
 import { parseAwsProviderSpec, type AwsProviderSpec } from './spec.js';
 
@@ -48,6 +48,30 @@ const GONE_STATES: ReadonlySet<string> = new Set(['shutting-down', 'terminated']
 export const EBS_CSI_DRIVER = 'ebs.csi.aws.com';
 /** How many instances one DescribeInstances page may hold (EC2's maximum). */
 const PAGE_SIZE = 1000;
+/** RunInstances attempts per CreateMachine (see AwsDriver.launch). */
+const LAUNCH_ATTEMPTS = 5;
+
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted === true) {
+      reject(new MachineError('Canceled', 'the call was cancelled'));
+      return;
+    }
+    const done = (): void => {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', cancel);
+    };
+    const cancel = (): void => {
+      done();
+      reject(new MachineError('Canceled', 'the call was cancelled'));
+    };
+    const timer = setTimeout(() => {
+      done();
+      resolve();
+    }, ms);
+    signal?.addEventListener('abort', cancel);
+  });
+}
 
 export function providerIDOf(region: string, instanceId: string): string {
   return `${AWS_PROVIDER_ID_PREFIX}/${region}/${instanceId}`;
@@ -108,16 +132,20 @@ export interface AwsDriverOptions {
   logger: Logger;
   /** Creates the EC2 client of a region and credentials (tests pass a fake). */
   ec2?: Ec2ApiFactory;
+  /** The first pause between RunInstances attempts, doubled each time (default 500 ms). */
+  launchBackoffMs?: number;
 }
 
 export class AwsDriver implements Driver {
   private readonly clients = new Map<string, Ec2Api>();
   private readonly ec2: Ec2ApiFactory;
   private readonly log: Logger;
+  private readonly backoffMs: number;
 
   constructor(opts: AwsDriverOptions) {
     this.ec2 = opts.ec2 ?? sdkEc2Api;
     this.log = opts.logger;
+    this.backoffMs = opts.launchBackoffMs ?? 500;
   }
 
   /** Closes the clients (their sockets). */
@@ -305,18 +333,46 @@ export class AwsDriver implements Driver {
         `image ${spec.ami}: ${err instanceof Error ? err.message : String(err)}`,
       );
     }
-    // EC2 answers a known ClientToken with the instance it started for it, even once that is
-    // terminated (someone removed it): then a token of its own starts a new one.
-    for (let attempt = 0; attempt < 3; attempt++) {
-      const out = await this.call(p, 'RunInstances', () => p.api.runInstances(input, signal));
-      const instance = out.Instances?.[0];
+    const instance = await this.launch(p, spec, name, input, signal);
+    this.log.verbose('started EC2 instance', { machine: name, instance: instance.InstanceId });
+    return this.response(spec.region, instance);
+  }
+
+  /**
+   * RunInstances, retried here rather than by the SDK: after an attempt whose answer never came
+   * (a timeout, a reset connection) the instance it may have started is looked for by its tags
+   * before trying again, and the ClientToken makes EC2 itself refuse a second one.
+   */
+  private async launch(
+    p: Prepared,
+    spec: AwsProviderSpec,
+    name: string,
+    first: RunInstancesCommandInput,
+    signal?: AbortSignal,
+  ): Promise<Instance> {
+    let input = first;
+    let lastError: unknown;
+    for (let attempt = 0; attempt < LAUNCH_ATTEMPTS; attempt++) {
+      if (attempt > 0) await sleep(this.backoffMs * 2 ** (attempt - 1) * (0.8 + 0.4 * Math.random()), signal);
+      let instance: Instance | undefined;
+      try {
+        instance = (await p.api.runInstances(input, signal)).Instances?.[0];
+      } catch (err) {
+        const failure = launchFailure(err);
+        if (failure === 'fail') throw toMachineError(err, 'RunInstances', p.secrets);
+        lastError = err;
+        if (failure === 'unknown') {
+          const started = (await this.byName(p, spec, name, signal))[0];
+          if (started !== undefined) return started;
+        }
+        continue;
+      }
       if (instance?.InstanceId === undefined) {
         throw new MachineError('Internal', `AWS RunInstances for machine ${name} returned no instance`);
       }
-      if (!isGone(instance)) {
-        this.log.verbose('started EC2 instance', { machine: name, instance: instance.InstanceId });
-        return this.response(spec.region, instance);
-      }
+      if (!isGone(instance)) return instance;
+      // EC2 answers a known ClientToken with the instance it started for it, even once that is
+      // terminated (someone removed it): a token of its own then starts a new one.
       input = {
         ...input,
         ClientToken: createHash('sha256')
@@ -325,10 +381,7 @@ export class AwsDriver implements Driver {
           .digest('hex'),
       };
     }
-    throw new MachineError(
-      'Internal',
-      `AWS RunInstances for machine ${name} kept returning terminated instances`,
-    );
+    throw toMachineError(lastError, 'RunInstances', p.secrets);
   }
 
   async getMachineStatus(

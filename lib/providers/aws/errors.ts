@@ -153,3 +153,20 @@ export function toMachineError(
       : redact(info.message, secrets);
   return new MachineError(code, `AWS ${operation} failed: ${info.code}: ${message}`);
 }
+
+/**
+ * What a failed RunInstances means for a retry: `retry` when EC2 answered that it started nothing
+ * and may later (throttling, a server error other than capacity), `unknown` when no answer came
+ * (the instance may have been started: look before trying again), `fail` otherwise.
+ */
+export function launchFailure(err: unknown): 'retry' | 'unknown' | 'fail' {
+  const info = awsErrorInfo(err);
+  if (info.code === 'AbortError') return 'fail';
+  if (THROTTLING_ERROR_CODES.has(info.code)) return 'retry';
+  if (info.httpStatus === undefined)
+    return TRANSPORT_ERROR_CODES.has(info.code) || info.code === 'Unknown' || info.code === 'Error'
+      ? 'unknown'
+      : 'fail';
+  if (info.httpStatus >= 500 && !CAPACITY_ERROR_CODES.has(info.code)) return 'retry';
+  return 'fail';
+}
