@@ -1,7 +1,13 @@
 import { expect } from 'chai';
 
 import type { MachineErrorCodeName } from '../../../../lib/api/constants.js';
-import { awsErrorInfo, machineCodeOf, redact, toMachineError } from '../../../../lib/providers/aws/errors.js';
+import {
+  awsErrorInfo,
+  launchFailure,
+  machineCodeOf,
+  redact,
+  toMachineError,
+} from '../../../../lib/providers/aws/errors.js';
 
 /** An error shaped as @aws-sdk/client-ec2 throws it for an EC2 error response. */
 function ec2Error(code: string, message: string, httpStatusCode = 400): Error {
@@ -89,4 +95,31 @@ describe('AWS provider: EC2 errors as machine errors', () => {
     expect(sig.code).to.equal('PermissionDenied');
     expect(redact('a-b-a', ['a'])).to.equal('<redacted>-b-<redacted>');
   });
+
+  const launches: [string, unknown, 'retry' | 'unknown' | 'fail'][] = [
+    ['throttled: EC2 started nothing', ec2Error('RequestLimitExceeded', 'x', 503), 'retry'],
+    ['an EC2 server error', ec2Error('InternalError', 'x', 500), 'retry'],
+    [
+      'no capacity (the controller retries it later)',
+      ec2Error('InsufficientInstanceCapacity', 'x', 500),
+      'fail',
+    ],
+    ['a bad request', ec2Error('InvalidSubnetID.NotFound', 'x', 400), 'fail'],
+    [
+      'a reset connection: the instance may exist',
+      Object.assign(new Error('socket hang up'), { code: 'ECONNRESET' }),
+      'unknown',
+    ],
+    [
+      'a timeout: the instance may exist',
+      Object.assign(new Error('timed out'), { name: 'TimeoutError' }),
+      'unknown',
+    ],
+    ['a cancelled call', Object.assign(new Error('aborted'), { name: 'AbortError' }), 'fail'],
+  ];
+  for (const [what, err, want] of launches) {
+    it(`a failed RunInstances, ${what}: ${want}`, () => {
+      expect(launchFailure(err)).to.equal(want);
+    });
+  }
 });
