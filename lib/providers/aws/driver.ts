@@ -50,6 +50,12 @@ export const EBS_CSI_DRIVER = 'ebs.csi.aws.com';
 const PAGE_SIZE = 1000;
 /** RunInstances attempts per CreateMachine (see AwsDriver.launch). */
 const LAUNCH_ATTEMPTS = 5;
+/**
+ * How long a GetMachineStatus that found no instance for a machine stands in for CreateMachine's
+ * own lookup. The machine controller calls the two back to back for a machine without a VM; within
+ * this window only another process could have started one, and the leader fence rules that out.
+ */
+const FRESH_ABSENCE_MS = 2_000;
 
 function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   return new Promise((resolve, reject) => {
@@ -134,6 +140,8 @@ export interface AwsDriverOptions {
   ec2?: Ec2ApiFactory;
   /** The first pause between RunInstances attempts, doubled each time (default 500 ms). */
   launchBackoffMs?: number;
+  /** Wall clock in ms (tests pass a fake). */
+  now?: () => number;
 }
 
 export class AwsDriver implements Driver {
@@ -141,11 +149,34 @@ export class AwsDriver implements Driver {
   private readonly ec2: Ec2ApiFactory;
   private readonly log: Logger;
   private readonly backoffMs: number;
+  private readonly now: () => number;
+  /** Root device names by `<region>/<ami>` (an image's never changes): one DescribeImages per AMI. */
+  private readonly rootDevices = new Map<string, string>();
+  /** When a lookup by tags last found no instance for a machine, by machine UID (see FRESH_ABSENCE_MS). */
+  private readonly absentAt = new Map<string, number>();
 
   constructor(opts: AwsDriverOptions) {
     this.ec2 = opts.ec2 ?? sdkEc2Api;
     this.log = opts.logger;
     this.backoffMs = opts.launchBackoffMs ?? 500;
+    this.now = opts.now ?? Date.now;
+  }
+
+  private rememberAbsent(uid: string | undefined): void {
+    if (uid === undefined || uid === '') return;
+    const now = this.now();
+    if (this.absentAt.size > 1000) {
+      for (const [k, at] of this.absentAt) if (now - at > FRESH_ABSENCE_MS) this.absentAt.delete(k);
+    }
+    this.absentAt.set(uid, now);
+  }
+
+  /** Whether a lookup by tags found nothing for this machine a moment ago (consumed once). */
+  private freshlyAbsent(uid: string | undefined): boolean {
+    if (uid === undefined) return false;
+    const at = this.absentAt.get(uid);
+    this.absentAt.delete(uid);
+    return at !== undefined && this.now() - at <= FRESH_ABSENCE_MS;
   }
 
   /** Closes the clients (their sockets). */
@@ -292,7 +323,9 @@ export class AwsDriver implements Driver {
     }
     const name = req.machine.metadata.name ?? '';
     // A retry after a lost answer or a crash finds the instance the first attempt started.
-    const existing = await this.byName(p, spec, name, signal);
+    const existing = this.freshlyAbsent(req.machine.metadata.uid)
+      ? []
+      : await this.byName(p, spec, name, signal);
     const first = existing[0];
     if (first !== undefined) {
       if (existing.length > 1) {
@@ -307,8 +340,9 @@ export class AwsDriver implements Driver {
       return this.response(spec.region, first);
     }
 
-    let rootDeviceName: string | undefined;
-    if (needsRootDeviceName(spec)) {
+    const imageKey = `${spec.region}/${spec.ami}`;
+    let rootDeviceName = this.rootDevices.get(imageKey);
+    if (rootDeviceName === undefined && needsRootDeviceName(spec)) {
       const images = await this.call(p, 'DescribeImages', () =>
         p.api.describeImages({ ImageIds: [spec.ami] }, signal),
       );
@@ -317,6 +351,8 @@ export class AwsDriver implements Driver {
         throw new MachineError('InvalidArgument', `AWS DescribeImages: image ${spec.ami} not found`);
       }
       rootDeviceName = image.RootDeviceName;
+      if (rootDeviceName !== undefined && rootDeviceName !== '')
+        this.rootDevices.set(imageKey, rootDeviceName);
     }
     let input: RunInstancesCommandInput;
     try {
@@ -392,7 +428,11 @@ export class AwsDriver implements Driver {
     const region = this.regionOf(req, spec);
     const p = this.client(region, req.secret, req.machineClass.metadata.name ?? '');
     const i = await this.instanceOf(p, spec, req, signal);
-    if (i === undefined) throw this.notFound(req);
+    if (i === undefined) {
+      if (parseProviderID(req.machine.spec?.providerID ?? '') === undefined)
+        this.rememberAbsent(req.machine.metadata.uid);
+      throw this.notFound(req);
+    }
     if (spec.srcAndDstChecksEnabled === false && i.SourceDestCheck === true) {
       throw new MachineError(
         'Uninitialized',

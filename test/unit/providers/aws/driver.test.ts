@@ -138,12 +138,13 @@ const machine = (name: string, providerID?: string): Machine => ({
   spec: providerID === undefined ? {} : { providerID },
 });
 
-function setup(): { fake: FakeEc2; driver: AwsDriver; regions: string[] } {
+function setup(clock = { now: 1_000_000 }): { fake: FakeEc2; driver: AwsDriver; regions: string[] } {
   const fake = new FakeEc2();
   const regions: string[] = [];
   const driver = new AwsDriver({
     logger: nullLogger,
     launchBackoffMs: 0,
+    now: () => clock.now,
     ec2: (region) => {
       regions.push(region);
       return fake;
@@ -198,6 +199,29 @@ describe('AWS provider: driver behaviour (fake EC2)', () => {
     expect(fake.runs).to.have.length(1);
     expect(fake.instances).to.have.length(1);
     expect(r.providerID).to.match(/^aws:\/\/\/eu-west-1\/i-/);
+  });
+
+  it('CreateMachine right after a GetMachineStatus that found nothing sends no second lookup; later it looks again', async () => {
+    const clock = { now: 1_000_000 };
+    const { fake, driver } = setup(clock);
+    const req = { machine: machine('m1'), machineClass: cls(), secret };
+    const describeImages = fake.describeImages.bind(fake);
+    let images = 0;
+    fake.describeImages = () => {
+      images++;
+      return describeImages();
+    };
+    expect(await codeOf(driver.getMachineStatus(req))).to.match(/^NotFound/);
+    await driver.createMachine(req);
+    expect(fake.describes, 'only the status lookup').to.have.length(1);
+
+    const req2 = { machine: machine('m2'), machineClass: cls(), secret };
+    expect(await codeOf(driver.getMachineStatus(req2))).to.match(/^NotFound/);
+    clock.now += 2_001;
+    await driver.createMachine(req2);
+    expect(fake.describes, 'a stale absence is looked at again').to.have.length(3);
+    expect(images, 'one DescribeImages per AMI').to.equal(1);
+    expect(fake.runs).to.have.length(2);
   });
 
   it('retries a throttled RunInstances; a capacity error fails at once as ResourceExhausted', async () => {
