@@ -10,6 +10,7 @@ import {
 import { MachinePhase } from '../../lib/api/constants.js';
 import {
   MachineClassResource,
+  MachineDeploymentResource,
   MachineResource,
   type Machine,
   type MachineClass,
@@ -38,6 +39,60 @@ const isReady = (n: Node): boolean =>
   n.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
 
 const instanceIdOf = (providerID: string): string => providerID.slice(providerID.lastIndexOf('/') + 1);
+
+/**
+ * Watches a deployment's machines and records the most that existed at once (terminating ones
+ * included) and the fewest Running ones, at every state the API server reports.
+ */
+class FleetWatch {
+  maxTotal = 0;
+  minRunning = Number.POSITIVE_INFINITY;
+  private readonly machines = new Map<string, Machine>();
+  private readonly abort = new AbortController();
+  private done: Promise<void> | undefined;
+
+  constructor(
+    private readonly env: LifecycleEnv,
+    private readonly app: string,
+  ) {}
+
+  async start(): Promise<void> {
+    const list = await this.env.client.list<Machine>(MachineResource, {
+      namespace: NS,
+      labelSelector: `app=${this.app}`,
+    });
+    for (const m of list.items) this.machines.set(m.metadata.name ?? '', m);
+    this.check();
+    const stream = await this.env.client.watch<Machine>(MachineResource, {
+      namespace: NS,
+      labelSelector: `app=${this.app}`,
+      resourceVersion: list.metadata.resourceVersion ?? '',
+      signal: this.abort.signal,
+    });
+    this.done = (async () => {
+      for await (const ev of stream) {
+        const name = ev.object.metadata.name ?? '';
+        if (ev.type === 'DELETED') this.machines.delete(name);
+        else if (ev.type === 'ADDED' || ev.type === 'MODIFIED') this.machines.set(name, ev.object);
+        this.check();
+      }
+    })().catch(() => undefined);
+  }
+
+  private check(): void {
+    const all = [...this.machines.values()];
+    this.maxTotal = Math.max(this.maxTotal, all.length);
+    this.minRunning = Math.min(
+      this.minRunning,
+      all.filter((m) => phaseOf(m) === MachinePhase.Running).length,
+    );
+  }
+
+  async stop(): Promise<void> {
+    this.abort.abort();
+    await this.done;
+  }
+}
 
 describe('AWS provider on the EC2 emulator (real kube-apiserver, kwok, moto)', function () {
   this.timeout(240_000);
@@ -354,5 +409,44 @@ describe('AWS provider on the EC2 emulator (real kube-apiserver, kwok, moto)', f
     expect([...troubled], 'no machine saw a failed operation').to.deep.equal([]);
     expect(await liveInstances()).to.have.length(4);
     await removeDeployment('busy');
+  });
+
+  it('a rolling update to another machineType replaces every instance within maxSurge 1 / maxUnavailable 0', async () => {
+    await applySample('roll-small');
+    await applySample('roll-large', (c) => {
+      c.providerSpec.machineType = 'm5.large';
+    });
+    await env.createDeployment('roll', 3, 'roll-small');
+    const before = await until('3 Running t2.large machines', () => runningFleet('roll', 3), 180_000);
+    const oldInstances = before.map((m) => instanceIdOf(m.spec?.providerID ?? ''));
+    const watch = new FleetWatch(env, 'roll');
+    await watch.start();
+    await env.client.patch(
+      MachineDeploymentResource,
+      'roll',
+      { spec: { template: { spec: { class: { name: 'roll-large' } } } } },
+      { type: 'merge', namespace: NS },
+    );
+    const after = await until(
+      '3 Running machines of the new class, none of the old',
+      async () => {
+        const ms = await runningFleet('roll', 3);
+        return ms?.every((m) => m.spec?.class?.name === 'roll-large') === true ? ms : undefined;
+      },
+      180_000,
+    );
+    await watch.stop();
+    expect(watch.maxTotal, 'never more than replicas + maxSurge machines').to.be.at.most(4);
+    expect(watch.minRunning, 'never fewer than replicas - maxUnavailable Running').to.be.at.least(3);
+    const all = await taggedInstances(cloud.ec2);
+    const live = all.filter(isLive);
+    expect(live.map((i) => i.InstanceType)).to.deep.equal(['m5.large', 'm5.large', 'm5.large']);
+    expect(live.map((i) => i.InstanceId ?? '').sort()).to.deep.equal(
+      after.map((m) => instanceIdOf(m.spec?.providerID ?? '')).sort(),
+    );
+    for (const id of oldInstances) {
+      expect(all.find((i) => i.InstanceId === id)?.State?.Name, `old instance ${id}`).to.equal('terminated');
+    }
+    await removeDeployment('roll');
   });
 });
