@@ -9,7 +9,7 @@
 #
 # Usage: hack/tools.sh [COMPONENT ...]   (default: all)
 #   all, test      etcd kube kwok helm cluster-autoscaler (every version) moto
-#   dev            etcd kube kwok and the newest cluster-autoscaler
+#   dev            etcd kube kwok and the newest cluster-autoscaler, moto (for --provider=aws)
 #   etcd | kube | kwok | helm
 #   moto           the EC2 emulator: a venv with moto[ec2,iam,server] (needs python3 >= 3.9 and
 #                  PyPI); bin/moto_server starts it
@@ -512,7 +512,7 @@ components=()
 for arg in "${@:-all}"; do
   case "$arg" in
     all | test) components+=(etcd kube kwok helm "${CA_COMPONENTS[@]}" moto) ;;
-    dev) components+=(etcd kube kwok "$CA_NEWEST") ;;
+    dev) components+=(etcd kube kwok "$CA_NEWEST" moto) ;;
     etcd | kube | kwok | helm | mcm-anchor | moto) components+=("$arg") ;;
     cluster-autoscaler) components+=("${CA_COMPONENTS[@]}") ;;
     *)
@@ -545,7 +545,15 @@ for c in "${components[@]}"; do
     kwok) build_component kwok "$KWOK_VERSION" kwok -- build_kwok ;;
     helm) build_component helm "$HELM_VERSION" helm -- build_helm ;;
     cluster-autoscaler-*) build_ca "${CA_BY_MINOR[$c]}" ;;
-    moto) build_component moto "$MOTO_VERSION" moto_server venv/bin/python -- build_moto ;;
+    moto)
+      # Without a usable Python the emulator is skipped with the reason, like a cluster-autoscaler
+      # without sources: the tests that need it then fail naming the command to run.
+      if ! is_built moto "$MOTO_VERSION" moto_server venv/bin/python && ! why=$(require_python 2>&1); then
+        skip_component moto "$MOTO_VERSION" "$why"
+      else
+        build_component moto "$MOTO_VERSION" moto_server venv/bin/python -- build_moto
+      fi
+      ;;
     mcm-anchor)
       build_component mcm-anchor "$MCM_ANCHOR_VERSION" machine-controller-manager machine-controller \
         "source/$(anchor_source_hash)" -- build_mcm_anchor

@@ -31,7 +31,7 @@ import {
   tagOf,
   taggedInstances,
   type Ec2Cloud,
-} from './env/aws.js';
+} from '../harness/ec2cloud.js';
 import { LifecycleEnv, NS, phaseOf } from './env/lifecycle.js';
 import { until } from './env/until.js';
 

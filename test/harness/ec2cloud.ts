@@ -1,6 +1,6 @@
-// The AWS side of the AWS provider's integration tests: the network, key pair and instance profile
-// gardener's sample MachineClass names, created in the EC2 emulator, and the sample objects with
-// those ids put in.
+// The AWS side of the AWS provider's tests and of dev mode on the emulator: the network, key pair
+// and instance profile gardener's sample MachineClass names, created in the EC2 emulator, and the
+// sample objects with those ids put in.
 
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
@@ -18,9 +18,9 @@ import {
 import { CreateInstanceProfileCommand, IAMClient } from '@aws-sdk/client-iam';
 import yaml from 'js-yaml';
 
-import type { MachineClass } from '../../../lib/api/types.js';
-import type { Secret } from '../../../lib/kube/types.js';
-import { repoRoot } from '../../harness/tools.js';
+import type { MachineClass } from '../../lib/api/types.js';
+import type { Secret } from '../../lib/kube/types.js';
+import { repoRoot } from './tools.js';
 
 export const REGION = 'eu-west-1';
 export const ZONE = 'eu-west-1a';
