@@ -381,33 +381,42 @@ describe('AWS provider on the EC2 emulator (real kube-apiserver, kwok, moto)', f
     await removeDeployment('plenty');
   });
 
-  it('throttling bursts and latency: a 0→4 scale converges with no failed create', async () => {
+  it('throttling bursts and 2 s latency: a 0→30 scale converges with no failed machine', async () => {
     await applySample('busy-mc');
+    // Bursts of RequestLimitExceeded: the first 6 calls, then 3 calls in every 40.
+    let seen = 0;
+    let throttled = 0;
     proxy.rule({
-      times: 4,
+      match: () => {
+        seen++;
+        const throttle = seen <= 6 || seen % 40 < 3;
+        if (throttle) throttled++;
+        return throttle;
+      },
       error: { status: 503, code: 'RequestLimitExceeded', message: 'Request limit exceeded.' },
     });
-    proxy.rule({ delayMs: 200 });
-    await env.createDeployment('busy', 4, 'busy-mc');
+    proxy.rule({ delayMs: 2_000 });
+    await env.createDeployment('busy', 30, 'busy-mc');
     const troubled = new Set<string>();
     await until(
-      '4 Running machines',
+      '30 Running machines',
       async () => {
         for (const m of await env.machines('busy')) {
           if (m.status?.lastOperation?.state === 'Failed' || phaseOf(m) === MachinePhase.Failed) {
             troubled.add(`${m.metadata.name ?? ''}: ${m.status?.lastOperation?.description ?? ''}`);
           }
         }
-        return runningFleet('busy', 4);
+        return runningFleet('busy', 30);
       },
-      180_000,
+      240_000,
     );
-    expect(
-      [...proxy.faulted.values()].reduce((a, b) => a + b, 0),
-      'the throttling and latency happened',
-    ).to.be.greaterThan(4);
+    expect(throttled, 'calls answered RequestLimitExceeded').to.be.greaterThan(10);
+    expect(proxy.faulted.get('RunInstances') ?? 0, 'RunInstances calls throttled or delayed').to.be.at.least(
+      30,
+    );
     expect([...troubled], 'no machine saw a failed operation').to.deep.equal([]);
-    expect(await liveInstances()).to.have.length(4);
+    expect(await liveInstances(), 'one instance per machine').to.have.length(30);
+    proxy.clearRules();
     await removeDeployment('busy');
   });
 
@@ -415,6 +424,7 @@ describe('AWS provider on the EC2 emulator (real kube-apiserver, kwok, moto)', f
     await applySample('roll-small');
     await applySample('roll-large', (c) => {
       c.providerSpec.machineType = 'm5.large';
+      c.providerSpec.srcAndDstChecksEnabled = false;
     });
     await env.createDeployment('roll', 3, 'roll-small');
     const before = await until('3 Running t2.large machines', () => runningFleet('roll', 3), 180_000);
@@ -441,6 +451,14 @@ describe('AWS provider on the EC2 emulator (real kube-apiserver, kwok, moto)', f
     const all = await taggedInstances(cloud.ec2);
     const live = all.filter(isLive);
     expect(live.map((i) => i.InstanceType)).to.deep.equal(['m5.large', 'm5.large', 'm5.large']);
+    expect(
+      live.map((i) => i.SourceDestCheck),
+      'InitializeMachine disabled the source/destination check (srcAndDstChecksEnabled: false)',
+    ).to.deep.equal([false, false, false]);
+    expect(
+      all.filter((i) => oldInstances.includes(i.InstanceId ?? '')).map((i) => i.SourceDestCheck),
+      'the old class left it on',
+    ).to.deep.equal([true, true, true]);
     expect(live.map((i) => i.InstanceId ?? '').sort()).to.deep.equal(
       after.map((m) => instanceIdOf(m.spec?.providerID ?? '')).sort(),
     );
