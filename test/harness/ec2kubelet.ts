@@ -27,6 +27,8 @@ export interface Ec2KubeletOptions {
   intervalMs?: number;
   /** What a node of any instance type offers (default 2 CPUs, 8Gi, 110 pods). */
   capacity?: Record<string, string>;
+  /** What a node of an instance type offers, where it differs from `capacity`. */
+  capacityByType?: Record<string, Record<string, string>>;
 }
 
 function nodeOf(i: Instance, region: string, capacity: Record<string, string>): Node {
@@ -142,8 +144,9 @@ export class Ec2KubeletSimulator {
     for (const i of running) {
       const name = i.PrivateDnsName ?? '';
       if (byName.has(name)) continue;
+      const offers = this.opts.capacityByType?.[i.InstanceType ?? ''] ?? capacity;
       try {
-        await this.opts.client.create<Node>(CoreResources.nodes, nodeOf(i, this.opts.region, capacity));
+        await this.opts.client.create<Node>(CoreResources.nodes, nodeOf(i, this.opts.region, offers));
         this.registered.add(name);
       } catch (err) {
         if (!(err instanceof AlreadyExistsError)) throw err;
