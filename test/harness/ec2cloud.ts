@@ -72,12 +72,12 @@ export async function provisionCloud(endpoint: string): Promise<Ec2Cloud> {
 }
 
 function fixture<T>(name: string): T {
-  return yaml.load(readFileSync(path.join(repoRoot, 'test', 'fixtures', 'gardener', name), 'utf8')) as T;
+  return yaml.load(readFileSync(path.join(repoRoot, 'test', 'fixtures', 'gardener-aws', name), 'utf8')) as T;
 }
 
 /** gardener's sample MachineClass with the emulator's ids and region. */
 export function sampleMachineClass(cloud: Ec2Cloud, name = 'test-mc'): MachineClass {
-  const cls = fixture<MachineClass>('aws-machine-class.yaml');
+  const cls = fixture<MachineClass>('machine-class.yaml');
   cls.metadata.name = name;
   const spec = cls.providerSpec;
   spec.ami = cloud.ami;
@@ -88,7 +88,7 @@ export function sampleMachineClass(cloud: Ec2Cloud, name = 'test-mc'): MachineCl
 
 /** gardener's sample Secret. */
 export function sampleSecret(): Secret {
-  return fixture<Secret>('aws-secret.yaml');
+  return fixture<Secret>('secret.yaml');
 }
 
 /** Every instance carrying a tag key, whatever its state. */
