@@ -17,6 +17,9 @@
 #   cluster-autoscaler-1.NN    one version, e.g. cluster-autoscaler-1.36
 #   mcm-anchor     gardener MCM and its machine-controller with our virtual-cloud driver, for
 #                  `npm run bench scale` (not in all/test/dev)
+#   mcm-aws-anchor gardener's AWS machine-controller (machine-controller-manager-provider-aws,
+#                  unchanged, from the release tarball in ../shared/third_party), for
+#                  `npm run bench aws` (not in all/test/dev)
 #        hack/tools.sh --print-dir     print the cache directory and exit
 # Env:   MCM_TOOLS_DIR       cache directory (default: ${XDG_CACHE_HOME:-~/.cache}/mcm-ts/tools)
 #        MCM_CA_SOURCES_DIR  cluster-autoscaler source tarballs
@@ -499,6 +502,31 @@ WRAPPER
   "$out/bin/moto_server" --help >>"$logfile" 2>&1
 }
 
+# --- mcm-aws-anchor: gardener's AWS provider, the AWS benchmark's point of comparison ------------
+# The module proxy refuses github.com/gardener/machine-controller-manager-provider-aws, so the
+# release's `git archive` in ../shared/third_party is checked against its SHA256SUMS, unpacked and
+# built with its own go.mod/go.sum (dependencies from the proxy).
+AWS_ANCHOR_SOURCES_DIR="${MCM_AWS_ANCHOR_SOURCES_DIR:-$ROOT/../shared/third_party/machine-controller-manager-provider-aws}"
+
+build_mcm_aws_anchor() {
+  local out=$1 logfile=$2
+  local tarball="machine-controller-manager-provider-aws-${MCM_AWS_ANCHOR_VERSION#v}.tar.gz"
+  local expected actual
+  expected=$(awk -v f="$tarball" '$2 == f || $2 == "*" f { print $1 }' "$AWS_ANCHOR_SOURCES_DIR/SHA256SUMS")
+  actual=$(sha256sum "$AWS_ANCHOR_SOURCES_DIR/$tarball" | awk '{ print $1 }')
+  if [[ -z "$expected" || "$expected" != "$actual" ]]; then
+    echo "checksum of $tarball: expected '${expected}', got $actual" | tee -a "$logfile" >&2
+    return 1
+  fi
+  local src="$TOOLS_DIR/src/mcm-aws-anchor-$MCM_AWS_ANCHOR_VERSION"
+  rm -rf "$src"
+  mkdir -p "$src"
+  tar xzf "$AWS_ANCHOR_SOURCES_DIR/$tarball" -C "$src"
+  cd "$src"/machine-controller-manager-provider-aws-*
+  run_logged mcm-aws-anchor "$logfile" go mod download
+  run_logged mcm-aws-anchor "$logfile" go_locked go build -v -ldflags "-s -w" -o "$out/bin/machine-controller" ./cmd/machine-controller
+}
+
 # --- main ------------------------------------------------------------------------------------------
 # cluster-autoscaler-1.NN -> pinned patch version
 declare -A CA_BY_MINOR=()
@@ -513,13 +541,13 @@ for arg in "${@:-all}"; do
   case "$arg" in
     all | test) components+=(etcd kube kwok helm "${CA_COMPONENTS[@]}" moto) ;;
     dev) components+=(etcd kube kwok "$CA_NEWEST" moto) ;;
-    etcd | kube | kwok | helm | mcm-anchor | moto) components+=("$arg") ;;
+    etcd | kube | kwok | helm | mcm-anchor | mcm-aws-anchor | moto) components+=("$arg") ;;
     cluster-autoscaler) components+=("${CA_COMPONENTS[@]}") ;;
     *)
       if [[ -n "${CA_BY_MINOR[$arg]:-}" ]]; then
         components+=("$arg")
       else
-        echo "unknown component '$arg' (expected all, test, dev, etcd, kube, kwok, helm, cluster-autoscaler, ${CA_COMPONENTS[*]}, mcm-anchor, moto)" >&2
+        echo "unknown component '$arg' (expected all, test, dev, etcd, kube, kwok, helm, cluster-autoscaler, ${CA_COMPONENTS[*]}, mcm-anchor, mcm-aws-anchor, moto)" >&2
         exit 2
       fi
       ;;
@@ -545,6 +573,13 @@ for c in "${components[@]}"; do
     kwok) build_component kwok "$KWOK_VERSION" kwok -- build_kwok ;;
     helm) build_component helm "$HELM_VERSION" helm -- build_helm ;;
     cluster-autoscaler-*) build_ca "${CA_BY_MINOR[$c]}" ;;
+    mcm-aws-anchor)
+      if [[ ! -f "$AWS_ANCHOR_SOURCES_DIR/SHA256SUMS" ]] && ! is_built mcm-aws-anchor "$MCM_AWS_ANCHOR_VERSION" machine-controller; then
+        skip_component mcm-aws-anchor "$MCM_AWS_ANCHOR_VERSION" "no sources: $AWS_ANCHOR_SOURCES_DIR/SHA256SUMS is absent"
+      else
+        build_component mcm-aws-anchor "$MCM_AWS_ANCHOR_VERSION" machine-controller -- build_mcm_aws_anchor
+      fi
+      ;;
     moto)
       # Without a usable Python the emulator is skipped with the reason, like a cluster-autoscaler
       # without sources: the tests that need it then fail naming the command to run.

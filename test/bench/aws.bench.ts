@@ -1,9 +1,13 @@
 // `npm run bench aws`: a MachineDeployment 0→N→0 of gardener's AWS sample class on the EC2 emulator
-// (moto), the manager as a separate process reaching EC2 through the counting proxy, Nodes from the
-// kubelet simulator (made Ready by kwok). Reports time, EC2 calls per machine by action, Kubernetes
-// requests per machine, peak RSS and CPU. The emulator is the ceiling (~55 RunInstances/s; every
-// filtered DescribeInstances scans all instances), so sizes stay modest by default.
+// (moto), side by side: our manager (one process), and gardener MCM v0.62.1 with gardener's own AWS
+// machine-controller v0.28.0 (unchanged; `bash hack/tools.sh mcm-aws-anchor`). Each side runs on a
+// fresh control plane and emulator and reaches EC2 through the counting proxy; Nodes come from the
+// kubelet simulator (made Ready by kwok). Reports time, EC2 calls per machine by action, peak RSS
+// and CPU (gardener's two processes summed), and our Kubernetes requests per machine. The emulator
+// is the ceiling (~55 RunInstances/s; every filtered DescribeInstances scans all instances), so
+// sizes stay modest by default.
 
+import { existsSync } from 'node:fs';
 import path from 'node:path';
 
 import {
@@ -29,12 +33,26 @@ import {
 import { Ec2KubeletSimulator } from '../harness/ec2kubelet.js';
 import { Ec2FaultProxy } from '../harness/ec2proxy.js';
 import { startMoto } from '../harness/moto.js';
-import { ManagedProcess, freePort } from '../harness/process.js';
-import { repoRoot } from '../harness/tools.js';
+import { ManagedProcess, freePort, waitUntil } from '../harness/process.js';
+import { mcmAnchorDir, mcmAwsAnchorDir, readToolVersions, repoRoot } from '../harness/tools.js';
 import { processUsage } from './lifecycle.bench.js';
+import { installAnchorCRDs } from './scale.bench.js';
 import { printTable } from './table.js';
 
 const managerScript = path.join(repoRoot, 'dist', 'cmd', 'manager.js');
+
+type Impl = 'ours' | 'gardener';
+
+/** From an instance running to its Node registering (the kubelet simulator's boot). */
+const BOOT_DELAY_MS = 2_000;
+
+interface AwsRun {
+  impl: Impl;
+  machines: number;
+  row: (string | number)[];
+  /** EC2 calls per machine by action, 0→N and N→0 together. */
+  byAction: Map<string, number>;
+}
 
 async function metricsText(port: number): Promise<string> {
   const r = await fetch(`http://127.0.0.1:${port}/metrics`);
@@ -52,29 +70,89 @@ function sumMetric(text: string, name: string): number {
   return sum;
 }
 
-async function waitFor(
-  what: string,
-  cond: () => boolean | Promise<boolean>,
-  timeoutMs: number,
-): Promise<void> {
+async function waitFor(what: string, cond: () => boolean, timeoutMs: number): Promise<void> {
   const deadline = Date.now() + timeoutMs;
-  while (!(await cond())) {
+  while (!cond()) {
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 100));
   }
 }
 
-interface AwsRun {
-  row: (string | number)[];
-  /** EC2 calls per machine by action, 0→N and N→0 together. */
-  byAction: Map<string, number>;
+/** Why gardener's side cannot run here, or undefined when it can. */
+function gardenerUnavailable(): string | undefined {
+  const mc = path.join(mcmAwsAnchorDir(), 'bin', 'machine-controller');
+  const mcm = path.join(mcmAnchorDir(), 'bin', 'machine-controller-manager');
+  if (!existsSync(mc))
+    return `gardener's AWS machine-controller is not built (${mc}); run bash hack/tools.sh mcm-aws-anchor`;
+  if (!existsSync(mcm)) return `gardener MCM is not built (${mcm}); run bash hack/tools.sh mcm-anchor`;
+  return undefined;
 }
 
-async function scenario(replicas: number): Promise<AwsRun> {
+interface Started {
+  procs: ManagedProcess[];
+  /** The metrics port of our manager (0 for gardener's side). */
+  port: number;
+}
+
+/** Our manager, or gardener's MCM plus its AWS machine-controller, with gardener's worker counts. */
+async function startSide(impl: Impl, kubeconfig: string, logDir: string, endpoint: string): Promise<Started> {
+  const common = [
+    `--control-kubeconfig=${kubeconfig}`,
+    '--namespace=default',
+    '--leader-elect=false',
+    '--address=127.0.0.1',
+    '--v=1',
+  ];
+  const specs =
+    impl === 'ours'
+      ? [{ name: 'manager', command: process.execPath, args: [managerScript, ...common] }]
+      : [
+          {
+            name: 'machine-controller-manager',
+            command: path.join(mcmAnchorDir(), 'bin', 'machine-controller-manager'),
+            args: [...common, `--target-kubeconfig=${kubeconfig}`, '--concurrent-syncs=10'],
+          },
+          {
+            name: 'machine-controller',
+            command: path.join(mcmAwsAnchorDir(), 'bin', 'machine-controller'),
+            args: [...common, `--target-kubeconfig=${kubeconfig}`, '--concurrent-syncs=50'],
+          },
+        ];
+  const procs: ManagedProcess[] = [];
+  let ourPort = 0;
+  for (const spec of specs) {
+    const port = await freePort();
+    if (impl === 'ours') ourPort = port;
+    const proc = new ManagedProcess({
+      name: spec.name,
+      command: spec.command,
+      args: [...spec.args, `--port=${port}`],
+      logFile: path.join(logDir, `${spec.name}.log`),
+      env: { ...process.env, AWS_ENDPOINT_URL_EC2: endpoint },
+    });
+    procs.push(proc);
+    proc.start();
+    await waitUntil(
+      spec.name,
+      async () => {
+        try {
+          return (await fetch(`http://127.0.0.1:${port}/healthz`)).ok;
+        } catch {
+          return false;
+        }
+      },
+      { timeoutMs: 60_000, process: proc },
+    );
+  }
+  return { procs, port: ourPort };
+}
+
+async function scenario(impl: Impl, replicas: number): Promise<AwsRun> {
   const moto = await startMoto();
   const proxy = new Ec2FaultProxy(moto.endpoint);
   const endpoint = await proxy.start();
-  const cp = await startControlPlane({ installCRDs: true, kwok: true });
+  const cp = await startControlPlane({ installCRDs: impl === 'ours', kwok: true });
+  if (impl === 'gardener') await installAnchorCRDs(cp);
   const client = new KubeClient({ kubeConfig: cp.kubeConfig, qps: 1000, burst: 1000, userAgent: 'bench' });
   const cloud = await provisionCloud(moto.endpoint);
   const kubelet = new Ec2KubeletSimulator({
@@ -82,22 +160,10 @@ async function scenario(replicas: number): Promise<AwsRun> {
     region: REGION,
     clusterTag: CLUSTER_TAG,
     client,
-  });
-  const port = await freePort();
-  const proc = new ManagedProcess({
-    name: 'manager',
-    command: process.execPath,
-    args: [
-      managerScript,
-      `--control-kubeconfig=${cp.kubeconfigPath}`,
-      '--namespace=default',
-      '--leader-elect=false',
-      '--address=127.0.0.1',
-      `--port=${port}`,
-      '--v=1',
-    ],
-    logFile: path.join(cp.workDir, 'manager.log'),
-    env: { ...process.env, AWS_ENDPOINT_URL_EC2: endpoint },
+    // Real instances take a while to boot; the emulator's start instantly. Without a boot, a Node
+    // can exist before CreateMachine's answer is handled, which gardener MCM takes for a stale
+    // node (it deletes the VM and fails the machine).
+    bootDelayMs: BOOT_DELAY_MS,
   });
   const machines = new Informer<Machine>({
     client,
@@ -105,8 +171,10 @@ async function scenario(replicas: number): Promise<AwsRun> {
     namespace: 'default',
     logger: nullLogger,
   });
+  let started: Started = { procs: [], port: 0 };
   try {
-    proc.start();
+    started = await startSide(impl, cp.kubeconfigPath, cp.workDir, endpoint);
+    const port = started.port;
     kubelet.start();
     machines.start();
     await machines.waitForSync();
@@ -126,21 +194,11 @@ async function scenario(replicas: number): Promise<AwsRun> {
         },
       },
     });
-    await waitFor(
-      'the manager to serve metrics',
-      async () => {
-        try {
-          await metricsText(port);
-          return true;
-        } catch {
-          return false;
-        }
-      },
-      30_000,
-    );
     await new Promise((r) => setTimeout(r, 1000));
     proxy.resetCounts();
-    const requestsBefore = sumMetric(await metricsText(port), 'rest_client_requests_total');
+    const requests = async (): Promise<number> =>
+      impl === 'ours' ? sumMetric(await metricsText(port), 'rest_client_requests_total') : 0;
+    const requestsBefore = await requests();
 
     const t0 = Date.now();
     await client.scale(MachineDeploymentResource, 'bench', 'default', replicas);
@@ -149,7 +207,7 @@ async function scenario(replicas: number): Promise<AwsRun> {
     await waitFor(`${replicas} Running`, () => running() === replicas, 1_800_000);
     const upSeconds = (Date.now() - t0) / 1000;
     const upCalls = [...proxy.calls.values()].reduce((a, b) => a + b, 0);
-    const requestsUp = sumMetric(await metricsText(port), 'rest_client_requests_total') - requestsBefore;
+    const requestsUp = (await requests()) - requestsBefore;
 
     const t1 = Date.now();
     await client.scale(MachineDeploymentResource, 'bench', 'default', 0);
@@ -157,25 +215,30 @@ async function scenario(replicas: number): Promise<AwsRun> {
     const downSeconds = (Date.now() - t1) / 1000;
     const left = (await taggedInstances(cloud.ec2)).filter(isLive).length;
     const totalCalls = [...proxy.calls.values()].reduce((a, b) => a + b, 0);
-    const usage = processUsage(proc.pid ?? 0);
-    const byAction = new Map([...proxy.calls].map(([action, n]) => [action, n / replicas]));
+    const usages = started.procs.map((p) => processUsage(p.pid ?? 0));
+    const rss = usages.reduce((a, u) => a + u.peakRssMiB, 0);
+    const cpu = usages.reduce((a, u) => a + u.cpuSeconds, 0);
+    const v = readToolVersions();
     return {
+      impl,
+      machines: replicas,
       row: [
+        impl === 'ours' ? 'ours' : `gardener MCM ${v.MCM_ANCHOR_VERSION} + AWS ${v.MCM_AWS_ANCHOR_VERSION}`,
         replicas,
         upSeconds,
         downSeconds,
         upCalls / replicas,
         totalCalls / replicas,
-        requestsUp / replicas,
+        impl === 'ours' ? requestsUp / replicas : '-',
         left,
-        usage.peakRssMiB,
-        (usage.cpuSeconds * 1000) / replicas,
+        rss,
+        (cpu * 1000) / replicas,
       ],
-      byAction,
+      byAction: new Map([...proxy.calls].map(([action, n]) => [action, n / replicas])),
     };
   } finally {
     await machines.stop();
-    await proc.stop();
+    for (const p of started.procs) await p.stop();
     await kubelet.stop();
     cloud.ec2.destroy();
     cloud.iam.destroy();
@@ -188,11 +251,14 @@ async function scenario(replicas: number): Promise<AwsRun> {
 
 export async function benchAws(): Promise<void> {
   const sizes = (process.env.BENCH_AWS_MACHINES ?? '50,200').split(',').map(Number);
+  const why = gardenerUnavailable();
+  const impls: Impl[] = why === undefined ? ['ours', 'gardener'] : ['ours'];
   const runs: AwsRun[] = [];
-  for (const n of sizes) runs.push(await scenario(n));
+  for (const n of sizes) for (const impl of impls) runs.push(await scenario(impl, n));
   printTable(
-    "AWS provider on the EC2 emulator (moto 5.2.5; gardener's sample class; manager as a separate process)",
+    `AWS on the EC2 emulator (moto 5.2.5; gardener's sample class; each side on its own control plane and emulator; nodes register ${BOOT_DELAY_MS / 1000} s after their instance runs)`,
     [
+      'implementation',
       'machines',
       '0→N Running (s)',
       'N→0 (s)',
@@ -208,10 +274,11 @@ export async function benchAws(): Promise<void> {
   const actions = [...new Set(runs.flatMap((r) => [...r.byAction.keys()]))].sort();
   printTable(
     'EC2 calls per machine by action, 0→N→0 (counted at the proxy in front of the emulator)',
-    ['machines', ...actions],
-    runs.map((r, i) => [sizes[i] ?? 0, ...actions.map((a) => r.byAction.get(a) ?? 0)]),
+    ['implementation', 'machines', ...actions],
+    runs.map((r) => [r.row[0] ?? '', r.machines, ...actions.map((a) => r.byAction.get(a) ?? 0)]),
   );
+  if (why !== undefined) console.log(`gardener's side not run: ${why}`);
   console.log(
-    "Not compared yet: gardener MCM v0.62.1 with gardener's own AWS machine-controller (v0.28.0, built from ../shared/third_party) on the same emulator.",
+    "API requests/machine: our manager's own clients (its metrics); gardener's are not counted here (-). RSS and CPU: gardener's two processes summed.",
   );
 }

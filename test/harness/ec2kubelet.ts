@@ -29,6 +29,11 @@ export interface Ec2KubeletOptions {
   capacity?: Record<string, string>;
   /** What a node of an instance type offers, where it differs from `capacity`. */
   capacityByType?: Record<string, Record<string, string>>;
+  /**
+   * How long after the simulator first sees an instance running its Node registers (the boot of
+   * a real instance; default 0: at once, which the emulator's instant start makes a hard case).
+   */
+  bootDelayMs?: number;
 }
 
 function nodeOf(i: Instance, region: string, capacity: Record<string, string>): Node {
@@ -70,6 +75,8 @@ export class Ec2KubeletSimulator {
   /** Nodes registered and removed so far, by name (for assertions). */
   readonly registered = new Set<string>();
   readonly removed = new Set<string>();
+  /** When each running instance was first seen, by id. */
+  private readonly firstSeen = new Map<string, number>();
   lastError: unknown;
 
   constructor(private readonly opts: Ec2KubeletOptions) {
@@ -141,9 +148,14 @@ export class Ec2KubeletSimulator {
       })
     ).items;
     const byName = new Map(nodes.map((n) => [n.metadata.name ?? '', n]));
+    const now = Date.now();
+    for (const id of this.firstSeen.keys()) if (!live.has(id)) this.firstSeen.delete(id);
     for (const i of running) {
       const name = i.PrivateDnsName ?? '';
       if (byName.has(name)) continue;
+      const seen = this.firstSeen.get(i.InstanceId ?? '') ?? now;
+      this.firstSeen.set(i.InstanceId ?? '', seen);
+      if (now - seen < (this.opts.bootDelayMs ?? 0)) continue;
       const offers = this.opts.capacityByType?.[i.InstanceType ?? ''] ?? capacity;
       try {
         await this.opts.client.create<Node>(CoreResources.nodes, nodeOf(i, this.opts.region, offers));

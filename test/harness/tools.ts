@@ -18,6 +18,8 @@ export interface ToolVersions {
   MCM_ANCHOR_VERSION: string;
   /** moto, the EC2 emulator (PyPI). */
   MOTO_VERSION: string;
+  /** gardener's AWS provider, the AWS benchmark's anchor. */
+  MCM_AWS_ANCHOR_VERSION: string;
 }
 
 /** Reads hack/versions.env, the single list of pinned component versions. */
@@ -42,6 +44,7 @@ export function readToolVersions(): ToolVersions {
     CLUSTER_AUTOSCALER_SOURCE_VERSIONS: get('CLUSTER_AUTOSCALER_SOURCE_VERSIONS'),
     MCM_ANCHOR_VERSION: get('MCM_ANCHOR_VERSION'),
     MOTO_VERSION: get('MOTO_VERSION'),
+    MCM_AWS_ANCHOR_VERSION: get('MCM_AWS_ANCHOR_VERSION'),
   };
 }
 
@@ -218,4 +221,9 @@ export function motoServerPath(): string {
     throw new Error(`the EC2 emulator is not installed (expected ${p}); run \`bash hack/tools.sh moto\``);
   }
   return p;
+}
+
+/** gardener's AWS machine-controller, unchanged (`bash hack/tools.sh mcm-aws-anchor`): bin/machine-controller. */
+export function mcmAwsAnchorDir(): string {
+  return path.join(toolsDir(), `mcm-aws-anchor-${readToolVersions().MCM_AWS_ANCHOR_VERSION}`);
 }
