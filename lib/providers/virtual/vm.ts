@@ -13,6 +13,8 @@ export { WellKnownLabel };
 
 export const VIRTUAL_PROVIDER = 'virtual';
 export const VIRTUAL_PROVIDER_ID_PREFIX = 'virtual://';
+/** The CSI driver name of the virtual cloud's volumes (GetVolumeIDs, the serial volume drain). */
+export const VIRTUAL_CSI_DRIVER = 'virtual.csi.mcm-ts.io';
 
 /** Keys of the virtual cloud's records (this project's own domain). */
 export const VirtualKey = {
