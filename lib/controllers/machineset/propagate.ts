@@ -27,7 +27,8 @@ export function propagationPatch(
   const tmpl = ms.spec?.template?.spec ?? {};
   const spec: Record<string, unknown> = {};
   if (!isTerminating(m) && !isFailed(m)) {
-    if (!sameNodeTemplate(tmpl.nodeTemplate, m.spec?.nodeTemplate)) spec.nodeTemplate = tmpl.nodeTemplate ?? null;
+    if (!sameNodeTemplate(tmpl.nodeTemplate, m.spec?.nodeTemplate))
+      spec.nodeTemplate = tmpl.nodeTemplate ?? null;
     const effectiveTimeout = ms.metadata.annotations?.[Annotation.EffectiveCreationTimeout];
     for (const f of MACHINE_CONFIGURATION_FIELDS) {
       const want = f === 'creationTimeout' && effectiveTimeout !== undefined ? effectiveTimeout : tmpl[f];
