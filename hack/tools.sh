@@ -7,13 +7,13 @@
 # (skipped, with the reason, where that directory is absent).
 #
 # Usage: hack/tools.sh [COMPONENT ...]   (default: all)
-#   all, test      etcd kube kwok helm cluster-autoscaler (every version)
+#   all, test      etcd kube kwok helm cluster-autoscaler (every version) mcm-anchor
 #   dev            etcd kube kwok and the newest cluster-autoscaler
 #   etcd | kube | kwok | helm
 #   cluster-autoscaler         every pinned version (1.33 from the proxy, the others from sources)
 #   cluster-autoscaler-1.NN    one version, e.g. cluster-autoscaler-1.36
-#   mcm-anchor     gardener MCM and its machine-controller with our virtual-cloud driver, for
-#                  `npm run bench scale` (not in all/test/dev)
+#   mcm-anchor     gardener MCM and its provider machine-controller with our virtual-cloud driver:
+#                  `npm run bench scale`, and the tests of our manager beside gardener's provider
 #        hack/tools.sh --print-dir     print the cache directory and exit
 # Env:   MCM_TOOLS_DIR       cache directory (default: ${XDG_CACHE_HOME:-~/.cache}/mcm-ts/tools)
 #        MCM_CA_SOURCES_DIR  cluster-autoscaler source tarballs
@@ -464,7 +464,7 @@ for v in "${CA_ALL[@]}"; do CA_COMPONENTS+=("cluster-autoscaler-${v%.*}"); done
 components=()
 for arg in "${@:-all}"; do
   case "$arg" in
-    all | test) components+=(etcd kube kwok helm "${CA_COMPONENTS[@]}") ;;
+    all | test) components+=(etcd kube kwok helm "${CA_COMPONENTS[@]}" mcm-anchor) ;;
     dev) components+=(etcd kube kwok "$CA_NEWEST") ;;
     etcd | kube | kwok | helm | mcm-anchor) components+=("$arg") ;;
     cluster-autoscaler) components+=("${CA_COMPONENTS[@]}") ;;

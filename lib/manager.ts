@@ -494,7 +494,9 @@ export class Manager {
       );
     }
     if (enabled.has('secret')) this.controllers.push(new SecretController(ctx));
-    this.providers.start();
+    // Providers' background work (the virtual cloud's hypervisor) serves the machine controller;
+    // without it (a gardener provider sidecar runs the machines) the cloud is not ours to drive.
+    if (enabled.has('machine')) this.providers.start();
     for (const c of this.controllers) c.start();
     this.log.info('controllers started', { controllers: [...enabled], namespace: this.config.namespace });
   }
