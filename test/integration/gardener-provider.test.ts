@@ -5,9 +5,6 @@
 // real kube-apiserver: create/delete, a deployment 0→1→6→2, a class change rollout, and nothing
 // left behind.
 
-import { existsSync } from 'node:fs';
-import path from 'node:path';
-
 import { expect } from 'chai';
 
 import {
@@ -20,23 +17,12 @@ import {
 import type { Machine, MachineDeployment } from '../../lib/api/types.js';
 import { CoreResources } from '../../lib/kube/resources.js';
 import type { Node } from '../../lib/kube/types.js';
-import { ManagedProcess, freePort } from '../harness/process.js';
-import { mcmAnchorDir } from '../harness/tools.js';
+import { gardenerMachineControllerPath, startGardenerMachineController } from '../harness/gardener.js';
+import type { ManagedProcess } from '../harness/process.js';
 import { LifecycleEnv, NS, phaseOf } from './env/lifecycle.js';
 import { until } from './env/until.js';
 
 const USER_DATA = '#!/bin/bash\n# join with <<BOOTSTRAP_TOKEN>> as <<MACHINE_NAME>>\n';
-
-/** gardener's provider app with the virtual cloud's driver, or a failure naming the build command. */
-function gardenerMachineController(): string {
-  const bin = path.join(mcmAnchorDir(), 'bin', 'machine-controller');
-  if (!existsSync(bin)) {
-    throw new Error(
-      `gardener's provider app is not built (expected ${bin}); run \`bash hack/tools.sh mcm-anchor\``,
-    );
-  }
-  return bin;
-}
 
 describe('beside gardener’s provider machine-controller (MCM v0.62.1 provider app, real process): our manager with --controllers=machineset,machinedeployment,safety', function () {
   this.timeout(240_000);
@@ -70,7 +56,7 @@ describe('beside gardener’s provider machine-controller (MCM v0.62.1 provider 
 
   before(async function () {
     this.timeout(240_000);
-    const bin = gardenerMachineController();
+    gardenerMachineControllerPath();
     env = await LifecycleEnv.start();
     await env.client.create(CoreResources.secrets, {
       apiVersion: 'v1',
@@ -88,23 +74,7 @@ describe('beside gardener’s provider machine-controller (MCM v0.62.1 provider 
         secretRef: { name: 'gp-userdata', namespace: NS },
       });
     }
-    const port = await freePort();
-    sidecar = new ManagedProcess({
-      name: 'gardener-machine-controller',
-      command: bin,
-      args: [
-        `--control-kubeconfig=${env.cp.kubeconfigPath}`,
-        `--target-kubeconfig=${env.cp.kubeconfigPath}`,
-        `--namespace=${NS}`,
-        '--leader-elect=false',
-        '--address=127.0.0.1',
-        `--port=${String(port)}`,
-        '--machine-safety-orphan-vms-period=10s',
-        '--v=2',
-      ],
-      logFile: path.join(env.cp.workDir, 'gardener-machine-controller.log'),
-    });
-    sidecar.start();
+    sidecar = await startGardenerMachineController(env.cp, NS, ['--machine-safety-orphan-vms-period=10s']);
     await env.startManager({ controllers: ['machineset', 'machinedeployment', 'safety'] });
   });
 
