@@ -133,6 +133,8 @@ export class VirtualDriver implements Driver {
               ? undefined
               : now + spec.bootDelayMs + spec.failure.notReadyAfterMs,
           bootNeverCompletes: spec.failure.bootNeverCompletes,
+          nodeLabels: req.machine.spec?.nodeTemplate?.metadata?.labels,
+          nodeTaints: req.machine.spec?.nodeTemplate?.spec?.taints,
         },
         now,
         signal,
