@@ -8,15 +8,15 @@
 # (skipped, with the reason, where that directory is absent).
 #
 # Usage: hack/tools.sh [COMPONENT ...]   (default: all)
-#   all, test      etcd kube kwok helm cluster-autoscaler (every version) moto
+#   all, test      etcd kube kwok helm cluster-autoscaler (every version) mcm-anchor moto
 #   dev            etcd kube kwok and the newest cluster-autoscaler, moto (for --provider=aws)
 #   etcd | kube | kwok | helm
 #   moto           the EC2 emulator: a venv with moto[ec2,iam,server] (needs python3 >= 3.9 and
 #                  PyPI); bin/moto_server starts it
 #   cluster-autoscaler         every pinned version (1.33 from the proxy, the others from sources)
 #   cluster-autoscaler-1.NN    one version, e.g. cluster-autoscaler-1.36
-#   mcm-anchor     gardener MCM and its machine-controller with our virtual-cloud driver, for
-#                  `npm run bench scale` (not in all/test/dev)
+#   mcm-anchor     gardener MCM and its provider machine-controller with our virtual-cloud driver:
+#                  `npm run bench scale`, and the tests of our manager beside gardener's provider
 #   mcm-aws-anchor gardener's AWS machine-controller (machine-controller-manager-provider-aws,
 #                  unchanged, from the release tarball in ../shared/third_party), for
 #                  `npm run bench aws` (not in all/test/dev)
@@ -539,7 +539,7 @@ for v in "${CA_ALL[@]}"; do CA_COMPONENTS+=("cluster-autoscaler-${v%.*}"); done
 components=()
 for arg in "${@:-all}"; do
   case "$arg" in
-    all | test) components+=(etcd kube kwok helm "${CA_COMPONENTS[@]}" moto) ;;
+    all | test) components+=(etcd kube kwok helm "${CA_COMPONENTS[@]}" mcm-anchor moto) ;;
     dev) components+=(etcd kube kwok "$CA_NEWEST" moto) ;;
     etcd | kube | kwok | helm | mcm-anchor | mcm-aws-anchor | moto) components+=("$arg") ;;
     cluster-autoscaler) components+=("${CA_COMPONENTS[@]}") ;;

@@ -78,6 +78,9 @@ export interface ManagerConfig {
   nodeGroups: NodeGroupFlag[];
   autoscalerGpuLabel: string;
   autoscalerGpuTypes: string[];
+  // ---- providers (addition) ----
+  /** --provider-module values: out-of-tree provider modules loaded at start, in order. */
+  providerModules: string[];
 }
 
 export const defaultConfig: ManagerConfig = {
@@ -128,6 +131,7 @@ export const defaultConfig: ManagerConfig = {
   nodeGroups: [],
   autoscalerGpuLabel: '',
   autoscalerGpuTypes: [],
+  providerModules: [],
 };
 
 export class ConfigError extends Error {
@@ -392,6 +396,13 @@ const flags: Record<string, { help: string; set: Setter; boolean?: true }> = {
       }
     },
   },
+  'provider-module': {
+    help: 'an out-of-tree provider module to load (an npm package installed beside the manager, or a path to a file or package directory; repeatable): it registers drivers by MachineClass.provider name (README: Writing a provider)',
+    set: (c, v, n) => {
+      if (v.trim() === '') throw new ConfigError(`--${n} needs a module name or path`);
+      c.providerModules.push(v.trim());
+    },
+  },
   'autoscaler-gpu-label': {
     help: 'node label the autoscaler treats as the GPU type label (GPULabel; empty: none)',
     set: (c, v) => (c.autoscalerGpuLabel = v.trim()),
@@ -418,7 +429,10 @@ const ignoredFlags = new Set([
 /** --help sections, in order; a flag not listed here appears under "Other". */
 const FLAG_GROUPS: [string, string[]][] = [
   ['Clusters', ['control-kubeconfig', 'target-kubeconfig', 'namespace', 'kube-api-qps', 'kube-api-burst']],
-  ['Controllers', ['controllers', 'concurrent-syncs', 'machine-concurrent-syncs', 'min-resync-period']],
+  [
+    'Controllers',
+    ['controllers', 'concurrent-syncs', 'machine-concurrent-syncs', 'min-resync-period', 'provider-module'],
+  ],
   [
     'Leader election (needed with more than one replica)',
     [
@@ -521,6 +535,7 @@ export function parseArgs(argv: readonly string[]): ManagerConfig | 'help' {
     nodeGroups: [],
     autoscalerGpuTypes: [],
     grpcClientAllowedNames: [],
+    providerModules: [],
   };
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i] ?? '';

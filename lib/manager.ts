@@ -14,6 +14,7 @@ import { NodeController } from './controllers/node/controller.js';
 import { OvershootSafetyController } from './controllers/safety/overshoot.js';
 import { ProviderSafety } from './controllers/safety/provider.js';
 import { SecretController } from './controllers/secret/controller.js';
+import { loadProviderModules } from './driver/module.js';
 import { ProviderRegistry } from './driver/registry.js';
 import { KubeClient, type KubeApi } from './kube/client.js';
 import { KubeConfig, type KubeConfigSource } from './kube/kubeconfig.js';
@@ -115,6 +116,7 @@ export class Manager {
   private readonly recorders: KubeEventRecorder[] = [];
   private informers: SharedInformers | undefined;
   private readonly providers: ProviderRegistry;
+  private modulesLoaded = false;
   private readonly cloudClients: KubeClient[] = [];
   private controllers: Runnable[] = [];
   private electionAbort: AbortController | undefined;
@@ -250,6 +252,11 @@ export class Manager {
   }
 
   async start(): Promise<void> {
+    // Provider modules first: a module that cannot be loaded stops the start before anything runs.
+    if (!this.modulesLoaded) {
+      this.modulesLoaded = true;
+      await loadProviderModules(this.config.providerModules, this.providers, this.log);
+    }
     await this.preflight();
     this.port = await this.server.listen(this.config.address, this.config.port);
     // Caches run on every replica (warm standby, as controller-runtime does): a new leader starts
@@ -488,7 +495,9 @@ export class Manager {
       );
     }
     if (enabled.has('secret')) this.controllers.push(new SecretController(ctx));
-    this.providers.start();
+    // Providers' background work (the virtual cloud's hypervisor) serves the machine controller;
+    // without it (a gardener provider sidecar runs the machines) the cloud is not ours to drive.
+    if (enabled.has('machine')) this.providers.start();
     for (const c of this.controllers) c.start();
     this.log.info('controllers started', { controllers: [...enabled], namespace: this.config.namespace });
   }

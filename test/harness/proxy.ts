@@ -119,6 +119,8 @@ export interface ProxiedRequest {
    * when its client gave up first (the apiserver never saw it).
    */
   forwardedAt?: number;
+  /** True when a stall held it back (it reached the proxy while the connection was stalled). */
+  held?: boolean;
 }
 
 /**
@@ -228,8 +230,10 @@ export class HttpFaultProxy {
         if (res.destroyed || res.writableEnded || req.socket.destroyed) return;
         this.forward(req, res, record, Buffer.concat(chunks));
       };
-      if (this.stalled) this.held.push(send);
-      else send();
+      if (this.stalled) {
+        record.held = true;
+        this.held.push(send);
+      } else send();
     });
   }
 

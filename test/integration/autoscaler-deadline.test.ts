@@ -1,6 +1,7 @@
 // The autoscaler's scaling calls under pressure: a client budget eaten by a scale-up, concurrent
-// updates of the MachineDeployment, and an API server that stops answering. A call either lands
-// within its deadline or changes nothing.
+// updates of the MachineDeployment, and a connection to the API server that stops delivering. A
+// call either lands within its deadline or changes nothing: its write in flight is cancelled when
+// the deadline passes, so a network that delivers again has nothing of it left to deliver.
 
 import { status } from '@grpc/grpc-js';
 import { KubeConfig } from '@kubernetes/client-node';
@@ -11,14 +12,14 @@ import { MachineDeploymentResource, type MachineDeployment } from '../../lib/api
 import { Manager } from '../../lib/manager.js';
 import { newRegistry } from '../../lib/observability/metrics.js';
 import { cloudProviderClient, grpcCode, type CloudProviderClient } from '../harness/grpcclient.js';
-import { FaultProxy } from '../harness/proxy.js';
+import { HttpFaultProxy } from '../harness/proxy.js';
 import { LifecycleEnv, NS, phaseOf, testLogger } from './env/lifecycle.js';
 import { until } from './env/until.js';
 
 describe('autoscaler scaling calls with deadlines (real kube-apiserver, manager with a budget of 2 qps)', function () {
   this.timeout(240_000);
   let env: LifecycleEnv;
-  let proxy: FaultProxy;
+  let proxy: HttpFaultProxy;
   let manager: Manager;
   let ca: CloudProviderClient;
   const id = `${NS}/dl`;
@@ -44,14 +45,15 @@ describe('autoscaler scaling calls with deadlines (real kube-apiserver, manager 
     this.timeout(240_000);
     env = await LifecycleEnv.start();
     await env.createClass('virtual', {});
-    const server = new URL(env.cp.server);
-    proxy = new FaultProxy(server.hostname, Number(server.port));
-    const port = await proxy.start();
     const kc = new KubeConfig();
     kc.loadFromFile(env.cp.kubeconfigPath);
     const cluster = kc.getCurrentCluster();
-    if (cluster === null) throw new Error('no cluster');
-    kc.clusters = [{ ...cluster, server: `https://127.0.0.1:${port}` }];
+    if (cluster?.caData === undefined) throw new Error('the harness kubeconfig has no cluster CA');
+    // The manager talks to the API server through a proxy that can stall the connection and tells
+    // which requests it held back and which it sent on.
+    proxy = new HttpFaultProxy(new URL(env.cp.server), Buffer.from(cluster.caData, 'base64'));
+    const port = await proxy.start();
+    kc.clusters = [{ ...cluster, server: `http://127.0.0.1:${port}` }];
     await env.createDeployment('dl', 3, 'virtual');
     manager = new Manager(
       env.config({
@@ -98,20 +100,29 @@ describe('autoscaler scaling calls with deadlines (real kube-apiserver, manager 
         .split(',')
         .map((e) => e.split('~')[0] ?? ''),
     );
-    proxy.pause();
+    const stalledAt = Date.now();
+    proxy.stall();
     let code: number | undefined;
     try {
       await ca.call('NodeGroupDeleteNodes', { id, nodes: [victim] }, { deadlineMs: 1000 });
     } catch (err) {
       code = grpcCode(err);
     } finally {
-      // Give the server time to see its deadline pass with the write still stuck, then let the
-      // connection flow again: a write that was merely held back would land now.
+      // Give the server time to see its deadline pass with the write still held, then let the
+      // connection deliver again: a write the server merely stopped waiting for would land now.
       await new Promise((r) => setTimeout(r, 1500));
-      proxy.resume();
+      proxy.unstall();
     }
     expect(code).to.equal(status.DEADLINE_EXCEEDED);
+    const writes = proxy.requests.filter(
+      (r) => r.method === 'PATCH' && r.path.endsWith('/machinedeployments/dl') && r.at >= stalledAt,
+    );
+    expect(writes, 'the scaling write was sent while the connection stalled').to.not.deep.equal([]);
     await new Promise((r) => setTimeout(r, 3000));
+    expect(
+      writes.filter((r) => r.forwardedAt !== undefined),
+      'scaling writes the API server received after the deadline',
+    ).to.deep.equal([]);
     const after = await deployment();
     expect(after.spec?.replicas, 'replicas unchanged').to.equal(before.spec?.replicas);
     expect(after.metadata.annotations?.[Annotation.TriggerDeletionByMCM] ?? '').to.not.contain(

@@ -149,6 +149,7 @@ describe('Helm chart charts/machine-controller-manager', function () {
         '--set',
         'replicaCount=2,podDisruptionBudget.enabled=true,metrics.serviceMonitor.enabled=true,' +
           'metrics.prometheusRule.enabled=true,tls.certManager.enabled=true,' +
+          'machineController.sidecar.enabled=true,machineController.sidecar.image=provider:v1,' +
           'grpc.nodeGroups[0].name=workers,grpc.nodeGroups[0].min=1,grpc.nodeGroups[0].max=5',
       ]);
       expect(all.code, all.stdout + all.stderr).to.equal(0);
@@ -266,6 +267,78 @@ describe('Helm chart charts/machine-controller-manager', function () {
       const d = findDoc(parseManifests(one.stdout), 'Deployment');
       expect((d.spec as { strategy: { type: string } }).strategy.type).to.equal('Recreate');
       expect(container(d).args).to.include('--leader-elect=false');
+    });
+
+    it('runs a gardener provider as a sidecar: the manager without the machine controller, the sidecar with its own flags and Lease, RBAC for both', async () => {
+      const sidecar = [
+        '--set',
+        'machineController.sidecar.enabled=true,' +
+          'machineController.sidecar.image=registry.example/machine-controller-manager-provider-aws:v0.28.0,' +
+          'machineController.sidecar.args[0]=--machine-drain-timeout=2h,' +
+          'targetCluster.mode=kubeconfig,targetCluster.kubeconfigSecret.name=target',
+      ];
+      const docs = parseManifests(await helm.template(RELEASE, NS, sidecar));
+      const d = findDoc(docs, 'Deployment');
+      const [ours, mc] = podSpec(d).containers as [Container, Container & { name: string; image: string }];
+      expect(podSpec(d).containers).to.have.length(2);
+      expect(ours.args).to.include('--controllers=machineset,machinedeployment,safety');
+      expect(ours.args.filter((a) => a.startsWith('--grpc-address='))).to.have.length(1);
+      expect(mc.name).to.equal('machine-controller');
+      expect(mc.image).to.equal('registry.example/machine-controller-manager-provider-aws:v0.28.0');
+      expect(mc.args).to.include.members([
+        '--control-kubeconfig=inClusterConfig',
+        '--target-kubeconfig=/etc/mcm/target/kubeconfig',
+        `--namespace=${NS}`,
+        '--leader-elect=true',
+        '--port=10259',
+        '--machine-drain-timeout=2h',
+      ]);
+      // gardener's provider app has no --leader-elect-resource-name: its Lease is "machine-controller".
+      expect(mc.args.some((a) => a.startsWith('--leader-elect-resource-name'))).to.equal(false);
+      expect(mc.volumeMounts.map((m) => m.name)).to.include('target-kubeconfig');
+      expect(mc.securityContext).to.deep.include({ readOnlyRootFilesystem: true, runAsNonRoot: true });
+      const role = findDoc(docs, 'Role', FULLNAME);
+      const rules = role.rules as (Rule & { resourceNames?: string[] })[];
+      expect(rules).to.deep.include({
+        apiGroups: ['machine.sapcloud.io'],
+        resources: ['machines', 'machines/status', 'machineclasses'],
+        verbs: ['update'],
+      });
+      expect(rules).to.deep.include({
+        apiGroups: ['coordination.k8s.io'],
+        resources: ['leases'],
+        resourceNames: ['machine-controller'],
+        verbs: ['get', 'update'],
+      });
+      // Without the sidecar none of that is granted and the manager runs every controller.
+      const plain = parseManifests(await helm.template(RELEASE, NS));
+      expect(
+        container(findDoc(plain, 'Deployment')).args.some((a) => a.startsWith('--controllers')),
+      ).to.equal(false);
+      const plainRules = findDoc(plain, 'Role', FULLNAME).rules as Rule[];
+      expect(
+        plainRules.filter((r) => r.resources.includes('machines') && r.verbs.includes('update')),
+      ).to.deep.equal([]);
+      expect(JSON.stringify(plainRules)).to.not.contain('"machine-controller"');
+      for (const [set, message] of [
+        ['machineController.sidecar.enabled=true', 'needs machineController.sidecar.image'],
+        [
+          'machineController.sidecar.enabled=true,machineController.sidecar.image=x,flags.controllers=machine',
+          'drop flags.controllers',
+        ],
+        [
+          'machineController.sidecar.enabled=true,machineController.sidecar.image=x,leaderElection.resourceName=machine-controller',
+          'the Lease gardener',
+        ],
+        [
+          'machineController.sidecar.enabled=true,machineController.sidecar.image=x,machineController.sidecar.port=10258',
+          'give them different ports',
+        ],
+      ] as const) {
+        const r = await helm.run(['template', RELEASE, CHART_DIR, '--set', set]);
+        expect(r.code, set).to.not.equal(0);
+        expect(r.stderr, set).to.contain(message);
+      }
     });
 
     it('ships exactly the CRDs that lib/api generates', async () => {
@@ -585,6 +658,13 @@ describe('Helm chart charts/machine-controller-manager', function () {
             'controlNamespace=default,tls.clientSecret.namespace=kube-system,' +
             'grpc.nodeGroups[0].name=workers,grpc.nodeGroups[0].min=1,grpc.nodeGroups[0].max=5',
         ],
+        [
+          '--set',
+          'machineController.sidecar.enabled=true,' +
+            'machineController.sidecar.image=registry.example/machine-controller-manager-provider-aws:v0.28.0,' +
+            'machineController.sidecar.env[0].name=AWS_ENDPOINT_URL_EC2,' +
+            'machineController.sidecar.env[0].value=http://ec2.internal:5000',
+        ],
       ];
       for (const v of variants) {
         const manifest = await helm.template(RELEASE, 'dry-run', v);
@@ -692,6 +772,57 @@ describe('Helm chart charts/machine-controller-manager', function () {
         ),
       ).to.equal(true);
       expect(await secretData(`${FULLNAME}-grpc-server-tls`)).to.deep.equal(before);
+    });
+
+    it('helm install with a gardener provider sidecar: two containers, and RBAC for what the sidecar writes and its Lease', async () => {
+      const ns = 'mcm-sidecar';
+      const release = 'mcs';
+      const full = `${release}-machine-controller-manager`;
+      const install = await helmK.run([
+        'install',
+        release,
+        CHART_DIR,
+        '--namespace',
+        ns,
+        '--create-namespace',
+        '--set',
+        'machineController.sidecar.enabled=true,' +
+          'machineController.sidecar.image=registry.example/machine-controller-manager-provider-aws:v0.28.0',
+      ]);
+      expect(install.code, install.stderr).to.equal(0);
+      try {
+        const dep = await kubectl(['get', 'deployment', full, '-n', ns, '-o', 'json']);
+        expect(dep.code, dep.stderr).to.equal(0);
+        const names = (
+          JSON.parse(dep.stdout) as { spec: { template: { spec: { containers: { name: string }[] } } } }
+        ).spec.template.spec.containers.map((c) => c.name);
+        expect(names).to.deep.equal(['machine-controller-manager', 'machine-controller']);
+        const sa = `system:serviceaccount:${ns}:${full}`;
+        const can = async (...args: string[]): Promise<string> =>
+          (
+            await kubectl([
+              'auth',
+              'can-i',
+              ...args,
+              `--as=${sa}`,
+              '--as-group=system:serviceaccounts',
+              `--as-group=system:serviceaccounts:${ns}`,
+              '--as-group=system:authenticated',
+            ])
+          ).stdout.trim();
+        expect(await can('update', 'machines.machine.sapcloud.io', '-n', ns)).to.equal('yes');
+        expect(
+          await can('update', 'machines.machine.sapcloud.io', '-n', ns, '--subresource=status'),
+        ).to.equal('yes');
+        expect(await can('update', 'leases.coordination.k8s.io/machine-controller', '-n', ns)).to.equal(
+          'yes',
+        );
+        expect(await can('update', 'leases.coordination.k8s.io/someone-else', '-n', ns)).to.equal('no');
+        expect(await can('update', 'nodes')).to.equal('yes');
+      } finally {
+        const r = await helmK.run(['uninstall', release, '--namespace', ns, '--wait']);
+        expect(r.code, r.stderr).to.equal(0);
+      }
     });
 
     it('prints the cluster-autoscaler cloud-config and flags in NOTES.txt', async () => {

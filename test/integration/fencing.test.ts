@@ -81,16 +81,25 @@ class Replica {
   }
 }
 
-/** Writes (anything but GET) the API server received from a proxy's client from `since` on, other than to the Lease. */
+/**
+ * Writes (anything but GET) other than to the Lease that the API server received from a proxy's
+ * client and that were sent from `since` on: held back by a stall, or reaching the proxy after
+ * `since`. (A write that reached the proxy in the same millisecond but before a stall began was
+ * sent on at once, before it: it is not one of them.)
+ */
 function writesSince(proxy: HttpFaultProxy, since: number): ProxiedRequest[] {
   return proxy.requests.filter(
     (r) =>
       r.method !== 'GET' &&
       r.forwardedAt !== undefined &&
-      r.forwardedAt >= since &&
+      (r.held === true || r.at > since) &&
       !r.path.includes('/leases/'),
   );
 }
+
+/** A write, with when it reached the proxy and was sent on relative to `since` (for a failure's message). */
+const describeWrite = (r: ProxiedRequest, since: number): string =>
+  `${r.method} ${r.path} (reached the proxy at +${String(r.at - since)} ms, sent on at +${String((r.forwardedAt ?? 0) - since)} ms${r.held === true ? ', held by the stall' : ''})`;
 
 describe('leader fencing: the old leader sends no write once another may lead (real processes)', function () {
   this.timeout(300_000);
@@ -181,7 +190,7 @@ describe('leader fencing: the old leader sends no write once another may lead (r
     await until('the old leader exits', () => a.exitedAt !== undefined, 30_000);
     await new Promise((r) => setTimeout(r, 2000));
     expect(
-      writesSince(a.proxy, resumedAt).map((r) => `${r.method} ${r.path}`),
+      writesSince(a.proxy, resumedAt).map((r) => describeWrite(r, resumedAt)),
       'writes of the old leader after it resumed',
     ).to.deep.equal([]);
     // It notices at its first Lease renewal after the resume (the timer is overdue) and exits
@@ -204,7 +213,7 @@ describe('leader fencing: the old leader sends no write once another may lead (r
     await until('the old leader exits', () => a.exitedAt !== undefined, 30_000);
     await new Promise((r) => setTimeout(r, 2000));
     expect(
-      writesSince(a.proxy, stalledAt).map((r) => `${r.method} ${r.path}`),
+      writesSince(a.proxy, stalledAt).map((r) => describeWrite(r, stalledAt)),
       'writes of the old leader that reached the API server after the stall began',
     ).to.deep.equal([]);
     expect(await b.leading()).to.equal(true);

@@ -63,6 +63,16 @@ describe('parseArgs (gardener MCM flag names and defaults)', () => {
     });
   });
 
+  it('collects --provider-module in order (repeatable) and refuses an empty one', () => {
+    const c = parseArgs(['--provider-module=@acme/mcm-provider', '--provider-module', './providers/b.js']);
+    if (c === 'help') throw new Error('help');
+    expect(c.providerModules).to.deep.equal(['@acme/mcm-provider', './providers/b.js']);
+    expect(() => parseArgs(['--provider-module='])).to.throw(
+      ConfigError,
+      '--provider-module needs a module name or path',
+    );
+  });
+
   it('accepts and ignores the MCM flags that have no meaning here', () => {
     expect(() =>
       parseArgs(['--kube-api-content-type=application/vnd.kubernetes.protobuf', '--profiling']),

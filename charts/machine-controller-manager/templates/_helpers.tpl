@@ -165,6 +165,20 @@ tls.allowedClientNames when set; else the common name of the client certificate 
 {{- if and (include "mcm.grpcTLS" .) .Values.tls.certManager.enabled .Values.tls.clientSecret.create (ne (include "mcm.clientSecretNamespace" .) .Release.Namespace) (ne .Values.tls.certManager.issuerRef.kind "ClusterIssuer") }}
 {{- fail "tls.clientSecret.namespace differs from the release namespace: cert-manager can issue the client certificate there only from a ClusterIssuer (set tls.certManager.issuerRef to one)" }}
 {{- end }}
+{{- if .Values.machineController.sidecar.enabled }}
+{{- if not .Values.machineController.sidecar.image }}
+{{- fail "machineController.sidecar.enabled needs machineController.sidecar.image: the gardener provider image (e.g. machine-controller-manager-provider-aws)" }}
+{{- end }}
+{{- if hasKey .Values.flags "controllers" }}
+{{- fail "flags.controllers is set with machineController.sidecar.enabled: with the sidecar the manager runs machineset, machinedeployment and safety, and the sidecar the machine controller; drop flags.controllers" }}
+{{- end }}
+{{- if eq .Values.leaderElection.resourceName "machine-controller" }}
+{{- fail "leaderElection.resourceName is machine-controller, the Lease gardener's provider sidecar holds: choose another name" }}
+{{- end }}
+{{- if eq (int .Values.machineController.sidecar.port) (int .Values.metrics.port) }}
+{{- fail "machineController.sidecar.port equals metrics.port: the two containers share the pod's network, give them different ports" }}
+{{- end }}
+{{- end }}
 {{- range .Values.grpc.nodeGroups }}
 {{- if gt (int .min) (int .max) }}
 {{- fail (printf "grpc.nodeGroups %s: min (%d) is greater than max (%d)" .name (int .min) (int .max)) }}

@@ -21,7 +21,7 @@ import type { Clock } from '../../kube/clock.js';
 import { objectKey } from '../../kube/informer.js';
 import { parseProviderSpec, vmShapeOf, type VirtualProviderSpec, type VirtualVmShape } from './spec.js';
 import type { VmRecord, VmStore } from './store.js';
-import { vmNameOfProviderID } from './vm.js';
+import { VIRTUAL_CSI_DRIVER, vmNameOfProviderID } from './vm.js';
 
 export interface VirtualDriverOptions {
   store: VmStore;
@@ -133,6 +133,8 @@ export class VirtualDriver implements Driver {
               ? undefined
               : now + spec.bootDelayMs + spec.failure.notReadyAfterMs,
           bootNeverCompletes: spec.failure.bootNeverCompletes,
+          nodeLabels: req.machine.spec?.nodeTemplate?.metadata?.labels,
+          nodeTaints: req.machine.spec?.nodeTemplate?.spec?.taints,
         },
         now,
         signal,
@@ -214,8 +216,11 @@ export class VirtualDriver implements Driver {
     return out;
   }
 
+  /** The virtual cloud's volumes are those of its CSI driver; other volumes are not its own. */
   getVolumeIDs(req: GetVolumeIDsRequest): Promise<GetVolumeIDsResponse> {
-    const volumeIDs = req.pvSpecs.flatMap((pv) => (pv.csi === undefined ? [] : [pv.csi.volumeHandle]));
+    const volumeIDs = req.pvSpecs.flatMap((pv) =>
+      pv.csi?.driver === VIRTUAL_CSI_DRIVER ? [pv.csi.volumeHandle] : [],
+    );
     return Promise.resolve({ volumeIDs });
   }
 }

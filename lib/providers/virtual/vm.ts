@@ -13,6 +13,8 @@ export { WellKnownLabel };
 
 export const VIRTUAL_PROVIDER = 'virtual';
 export const VIRTUAL_PROVIDER_ID_PREFIX = 'virtual://';
+/** The CSI driver name of the virtual cloud's volumes (GetVolumeIDs, the serial volume drain). */
+export const VIRTUAL_CSI_DRIVER = 'virtual.csi.mcm-ts.io';
 
 /** Keys of the virtual cloud's records (this project's own domain). */
 export const VirtualKey = {
@@ -113,6 +115,13 @@ export interface NewVm {
   bootAt: number;
   notReadyAt: number | undefined;
   bootNeverCompletes: boolean;
+  /**
+   * Labels and taints of the machine's node template: the VM's kubelet registers with them (as
+   * one started with --node-labels and --register-with-taints does), so its Node matches the
+   * pods it is for from the start.
+   */
+  nodeLabels?: Readonly<Record<string, string>> | undefined;
+  nodeTaints?: readonly Taint[] | undefined;
 }
 
 function iso(ms: number): string {
@@ -123,6 +132,10 @@ function iso(ms: number): string {
 export function buildVmNode(vm: NewVm, now: number): Node {
   const booted = vm.bootAt <= now && !vm.bootNeverCompletes;
   const stamp = iso(now).replace(/\.\d{3}Z$/, 'Z');
+  const taints: Taint[] = [
+    ...(booted ? [] : [{ ...NOT_READY_TAINT }]),
+    ...(vm.nodeTaints ?? []).map((t) => ({ ...t })),
+  ];
   const annotations: Record<string, string> = {
     [VirtualKey.Machine]: vm.machine,
     [VirtualKey.MachineClass]: vm.machineClass,
@@ -137,12 +150,12 @@ export function buildVmNode(vm: NewVm, now: number): Node {
     kind: 'Node',
     metadata: {
       name: vm.name,
-      labels: { ...wellKnownLabels(vm.name, vm.shape), [VirtualKey.Vm]: 'true' },
+      labels: { ...vm.nodeLabels, ...wellKnownLabels(vm.name, vm.shape), [VirtualKey.Vm]: 'true' },
       annotations,
     },
     spec: {
       providerID: providerIDOf(vm.shape.zone, vm.name),
-      ...(booted ? {} : { taints: [{ ...NOT_READY_TAINT }] }),
+      ...(taints.length === 0 ? {} : { taints }),
     },
     status: {
       capacity: { ...vm.shape.capacity },

@@ -90,8 +90,20 @@ func addresses(name string) []corev1.NodeAddress {
 
 func machineKey(m *v1alpha1.Machine) string { return m.Namespace + "/" + m.Name }
 
-// vmNode is the Node of a new VM, registered Ready.
+// vmNode is the Node of a new VM, registered Ready with the labels and taints of the machine's
+// node template, as a kubelet started with --node-labels and --register-with-taints registers.
 func vmNode(m *v1alpha1.Machine, class *v1alpha1.MachineClass, now time.Time) *corev1.Node {
+	n := bareVMNode(m, class, now)
+	for k, v := range m.Spec.NodeTemplateSpec.Labels {
+		if _, set := n.Labels[k]; !set {
+			n.Labels[k] = v
+		}
+	}
+	n.Spec.Taints = append(n.Spec.Taints, m.Spec.NodeTemplateSpec.Spec.Taints...)
+	return n
+}
+
+func bareVMNode(m *v1alpha1.Machine, class *v1alpha1.MachineClass, now time.Time) *corev1.Node {
 	s := shapeOf(class)
 	name := m.Name
 	stamp := metav1.NewTime(now.Truncate(time.Second))

@@ -194,6 +194,102 @@ describe('autoscaler instances', () => {
   });
 });
 
+describe('autoscaler instances of machines gardener’s provider-side controller manages', () => {
+  // Machines as gardener's Go machine controller writes them (a provider sidecar beside our
+  // MachineSet and MachineDeployment controllers): Go structs serialised whole.
+  const gardenerMachine = (
+    name: string,
+    status: Record<string, unknown>,
+    extra: Partial<Machine> = {},
+  ): Machine =>
+    ({
+      apiVersion: API_VERSION,
+      kind: 'Machine',
+      metadata: {
+        name,
+        namespace: NS,
+        creationTimestamp: '2026-11-25T10:00:00Z',
+        finalizers: ['machine.sapcloud.io/machine-controller-manager'],
+        labels: { node: `ip-10-0-0-1.${name}` },
+        ...extra.metadata,
+      },
+      spec: {
+        class: { kind: 'MachineClass', name: 'aws' },
+        nodeTemplate: { metadata: { creationTimestamp: null }, spec: {} },
+        providerID: 'aws:///eu-west-1/i-0abc',
+      },
+      status,
+    }) as unknown as Machine;
+
+  it('a capacity failure of gardener’s AWS driver backs the group off as OutOfResources', () => {
+    const m = gardenerMachine('m1', {
+      currentStatus: {
+        phase: 'CrashLoopBackOff',
+        timeoutActive: true,
+        lastUpdateTime: '2026-11-25T10:01:00Z',
+      },
+      lastOperation: {
+        type: 'Create',
+        state: 'Failed',
+        errorCode: 'ResourceExhausted',
+        description:
+          'Cloud provider message - machine codes error: code = [ResourceExhausted] message = [InsufficientInstanceCapacity: no m5.large in eu-west-1a]',
+        lastUpdateTime: '2026-11-25T10:01:00Z',
+      },
+    });
+    const view = instanceOf(m, undefined, false);
+    expect(view.id).to.equal('requested://m1');
+    expect(view.status.instanceState).to.equal('instanceCreating');
+    expect(view.status.errorInfo?.instanceErrorClass).to.equal(1);
+    expect(view.status.errorInfo?.errorCode).to.equal('ResourceExhausted');
+  });
+
+  it('a machine still being created is Creating without an error, a joined one Running under its node’s providerID', () => {
+    const pending = gardenerMachine('m2', {
+      currentStatus: { phase: 'Pending', timeoutActive: true, lastUpdateTime: '2026-11-25T10:01:00Z' },
+      lastOperation: {
+        type: 'Create',
+        state: 'Processing',
+        description: 'Creating machine on cloud provider',
+      },
+    });
+    expect(instanceOf(pending, undefined, false)).to.deep.equal({
+      id: 'requested://m2',
+      status: { instanceState: 'instanceCreating' },
+    });
+    const running = gardenerMachine('m3', {
+      currentStatus: { phase: 'Running', timeoutActive: false, lastUpdateTime: '2026-11-25T10:03:00Z' },
+      lastOperation: {
+        type: 'Create',
+        state: 'Successful',
+        description: 'Machine m3 successfully joined the cluster',
+      },
+    });
+    expect(instanceOf(running, node('aws:///eu-west-1a/i-0abc'), false)).to.deep.equal({
+      id: 'aws:///eu-west-1a/i-0abc',
+      status: { instanceState: 'instanceRunning' },
+    });
+  });
+
+  it('a machine gardener’s controller is deleting is Deleting', () => {
+    const deleting = gardenerMachine(
+      'm4',
+      {
+        currentStatus: { phase: 'Terminating', lastUpdateTime: '2026-11-25T10:05:00Z' },
+        lastOperation: {
+          type: 'Delete',
+          state: 'Processing',
+          description: 'Drain successful. Initiate VM deletion',
+        },
+      },
+      { metadata: { deletionTimestamp: '2026-11-25T10:04:00Z' } },
+    );
+    expect(instanceOf(deleting, node('aws:///eu-west-1a/i-0abc'), false).status.instanceState).to.equal(
+      'instanceDeleting',
+    );
+  });
+});
+
 describe('autoscaler scaling plans', () => {
   it('IncreaseSize: positive deltas up to max', () => {
     expect(planIncrease(group(), mcd('md', 2), 3)).to.deep.equal({ replicas: 5 });

@@ -170,7 +170,11 @@ describe('virtual provider driver (in-memory API)', () => {
       (await driver.listMachines({ machineClass: other, secret: { metadata: {} } })).machineList,
     ).to.deep.equal({});
     const ids = await driver.getVolumeIDs({
-      pvSpecs: [{ csi: { driver: 'd', volumeHandle: 'vol-1' } }, { hostPath: { path: '/x' } }],
+      pvSpecs: [
+        { csi: { driver: 'virtual.csi.mcm-ts.io', volumeHandle: 'vol-1' } },
+        { csi: { driver: 'ebs.csi.aws.com', volumeHandle: 'vol-foreign' } },
+        { hostPath: { path: '/x' } },
+      ],
     });
     expect(ids.volumeIDs).to.deep.equal(['vol-1']);
   });

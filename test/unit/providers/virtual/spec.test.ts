@@ -210,6 +210,28 @@ describe('virtual provider: VM shape and Node', () => {
     expect(node.status?.allocatable).to.deep.equal({ cpu: '2', pods: '110' });
   });
 
+  it('registers the node with its machine template’s labels and taints, as a kubelet with --node-labels does', () => {
+    const shape = vmShapeOf(cls({ instanceType: 'small', region: 'r', zone: 'z' }));
+    const vm = {
+      name: 'm',
+      machine: 'ns/m',
+      machineClass: 'c',
+      shape,
+      notReadyAt: undefined,
+      bootNeverCompletes: false,
+      nodeLabels: { pool: 'gpu', 'node.kubernetes.io/instance-type': 'forged' },
+      nodeTaints: [{ key: 'dedicated', value: 'gpu', effect: 'NoSchedule' as const }],
+    };
+    const ready = buildVmNode({ ...vm, bootAt: 0 }, 1000);
+    expect(ready.metadata.labels).to.include({ pool: 'gpu', 'node.kubernetes.io/instance-type': 'small' });
+    expect(ready.spec?.taints).to.deep.equal([{ key: 'dedicated', value: 'gpu', effect: 'NoSchedule' }]);
+    const booting = buildVmNode({ ...vm, bootAt: 5000 }, 1000);
+    expect(booting.spec?.taints?.map((t) => t.key)).to.deep.equal([
+      'node.kubernetes.io/not-ready',
+      'dedicated',
+    ]);
+  });
+
   it('registers a booting node NotReady, tainted and without kwok until its boot time', () => {
     const shape = vmShapeOf(cls());
     const node = buildVmNode(

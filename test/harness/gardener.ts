@@ -1,0 +1,48 @@
+// gardener's provider-side machine controller as a test component: MCM v0.62.1's provider app
+// (pkg/util/provider/app, unchanged) with the virtual cloud's Go driver, built by
+// `bash hack/tools.sh mcm-anchor` from test/bench/anchor. It runs as the provider sidecar would
+// beside our manager's MachineSet, MachineDeployment and safety controllers.
+
+import { existsSync } from 'node:fs';
+import path from 'node:path';
+
+import type { ControlPlane } from './controlplane.js';
+import { ManagedProcess, freePort } from './process.js';
+import { mcmAnchorDir } from './tools.js';
+
+/** The binary, or a failure naming the command that builds it. */
+export function gardenerMachineControllerPath(): string {
+  const bin = path.join(mcmAnchorDir(), 'bin', 'machine-controller');
+  if (!existsSync(bin)) {
+    throw new Error(
+      `gardener's provider app is not built (expected ${bin}); run \`bash hack/tools.sh mcm-anchor\``,
+    );
+  }
+  return bin;
+}
+
+/** Starts gardener's machine controller on the control plane's namespace (no leader election). */
+export async function startGardenerMachineController(
+  cp: ControlPlane,
+  namespace: string,
+  extraArgs: string[] = [],
+): Promise<ManagedProcess> {
+  const port = await freePort();
+  const proc = new ManagedProcess({
+    name: 'gardener-machine-controller',
+    command: gardenerMachineControllerPath(),
+    args: [
+      `--control-kubeconfig=${cp.kubeconfigPath}`,
+      `--target-kubeconfig=${cp.kubeconfigPath}`,
+      `--namespace=${namespace}`,
+      '--leader-elect=false',
+      '--address=127.0.0.1',
+      `--port=${String(port)}`,
+      '--v=2',
+      ...extraArgs,
+    ],
+    logFile: path.join(cp.workDir, 'gardener-machine-controller.log'),
+  });
+  proc.start();
+  return proc;
+}
