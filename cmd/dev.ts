@@ -1,8 +1,10 @@
 /**
  * Local dev mode (`npm start`): a real control plane on this machine (etcd, kube-apiserver,
  * kube-scheduler, kube-controller-manager, kwok), the manager with the built-in virtual provider,
- * a sample MachineClass and MachineDeployment, and instructions. Ctrl-C stops everything and
- * removes the control plane's data; the components' logs of the last run stay in .dev/logs.
+ * a sample MachineClass and MachineDeployment, and instructions. With `--provider=aws` the sample
+ * class is gardener's AWS sample on the EC2 emulator (moto), with a kubelet simulator registering
+ * a Node per running instance. Ctrl-C stops everything and removes the control plane's data; the
+ * components' logs of the last run stay in .dev/logs.
  */
 import { copyFileSync, mkdirSync, rmSync } from 'node:fs';
 import path from 'node:path';
@@ -13,10 +15,21 @@ import { GroupAnnotation } from '../lib/autoscaler/groups.js';
 import { defaultConfig } from '../lib/config.js';
 import { KubeClient } from '../lib/kube/client.js';
 import { isAlreadyExists } from '../lib/kube/errors.js';
+import { CoreResources } from '../lib/kube/resources.js';
 import { Manager } from '../lib/manager.js';
 import { createLogger } from '../lib/observability/logger.js';
 import { startControlPlane, type ControlPlane } from '../test/harness/controlplane.js';
 import { startAutoscaler, type Autoscaler } from '../test/harness/autoscaler.js';
+import {
+  CLUSTER_TAG,
+  REGION,
+  ZONE,
+  provisionCloud,
+  sampleMachineClass,
+  sampleSecret,
+} from '../test/harness/ec2cloud.js';
+import { Ec2KubeletSimulator } from '../test/harness/ec2kubelet.js';
+import { startMoto, type Moto } from '../test/harness/moto.js';
 import { freePort } from '../test/harness/process.js';
 import {
   autoscalerUnavailableReason,
@@ -38,14 +51,23 @@ interface DevOptions {
   verbosity: number;
   /** Start the real cluster-autoscaler against the manager's gRPC server. */
   autoscaler: boolean;
+  /** The sample class's provider: the virtual cloud, or AWS on the EC2 emulator. */
+  provider: 'virtual' | 'aws';
 }
 
 function parse(argv: readonly string[]): DevOptions | 'help' {
-  const opts: DevOptions = { verbosity: 1, autoscaler: true };
+  const opts: DevOptions = { verbosity: 1, autoscaler: true, provider: 'virtual' };
   for (const arg of argv) {
     if (arg === '--help' || arg === '-h') return 'help';
     if (arg === '--no-autoscaler') {
       opts.autoscaler = false;
+      continue;
+    }
+    const p = /^--provider=(.*)$/.exec(arg);
+    if (p !== null) {
+      if (p[1] !== 'virtual' && p[1] !== 'aws')
+        throw new Error(`--provider must be virtual or aws, not ${p[1] ?? ''}`);
+      opts.provider = p[1];
       continue;
     }
     const v = /^--v=(\d+)$/.exec(arg);
@@ -55,7 +77,7 @@ function parse(argv: readonly string[]): DevOptions | 'help' {
   return opts;
 }
 
-const HELP = `Usage: npm start [-- --v=N] [-- --no-autoscaler]
+const HELP = `Usage: npm start [-- --v=N] [-- --no-autoscaler] [-- --provider=aws]
 
 Starts a local control plane, the machine-controller-manager with the built-in virtual provider
 and its cluster-autoscaler gRPC server, the real cluster-autoscaler against it, and a sample
@@ -63,7 +85,10 @@ autoscaled MachineDeployment, then waits. Ctrl-C stops everything and removes th
 plane's data; the components' logs of the last run stay in .dev/logs (MCM_DEV_DIR replaces .dev).
 
   --v=N            manager log verbosity (default 1; 4 debug)
-  --no-autoscaler  do not start the cluster-autoscaler`;
+  --no-autoscaler  do not start the cluster-autoscaler
+  --provider=aws   the sample class is gardener's AWS sample class on the EC2 emulator (moto,
+                   \`bash hack/tools.sh moto\`), with a kubelet simulator that registers a Node
+                   per running instance (default: virtual)`;
 
 function sampleClass(): MachineClass {
   return {
@@ -82,7 +107,15 @@ function sampleClass(): MachineClass {
   };
 }
 
-function sampleDeployment(): MachineDeployment {
+/** The node template the autoscaler needs to scale the AWS sample (t2.large) from zero. */
+const AWS_NODE_TEMPLATE = {
+  capacity: { cpu: '2', memory: '8Gi', pods: '110' },
+  instanceType: 't2.large',
+  region: REGION,
+  zone: ZONE,
+};
+
+function sampleDeployment(className: string): MachineDeployment {
   const labels = { pool: 'workers' };
   return {
     apiVersion: API_VERSION,
@@ -99,7 +132,7 @@ function sampleDeployment(): MachineDeployment {
       template: {
         metadata: { labels },
         spec: {
-          class: { kind: 'MachineClass', name: 'virtual-small' },
+          class: { kind: 'MachineClass', name: className },
           nodeTemplate: { metadata: { labels: { 'node-role.kubernetes.io/worker': '' } } },
         },
       },
@@ -107,10 +140,45 @@ function sampleDeployment(): MachineDeployment {
   };
 }
 
-async function apply(client: KubeClient): Promise<void> {
+/** The EC2 emulator and what the AWS sample needs there (dev mode with --provider=aws). */
+interface Ec2Dev {
+  moto: Moto;
+  kubelet: Ec2KubeletSimulator;
+  cls: MachineClass;
+}
+
+async function startEc2(client: KubeClient, logDir: string): Promise<Ec2Dev> {
+  const moto = await startMoto({ logDir });
+  // The SDK's standard variable: the manager's AWS provider reaches the emulator through it.
+  process.env.AWS_ENDPOINT_URL_EC2 = moto.endpoint;
+  const cloud = await provisionCloud(moto.endpoint);
+  cloud.ec2.destroy();
+  cloud.iam.destroy();
+  const kubelet = new Ec2KubeletSimulator({
+    endpoint: moto.endpoint,
+    region: REGION,
+    clusterTag: CLUSTER_TAG,
+    client,
+    capacity: AWS_NODE_TEMPLATE.capacity,
+  });
+  kubelet.start();
+  const cls = sampleMachineClass(cloud, 'aws-sample');
+  cls.nodeTemplate = AWS_NODE_TEMPLATE;
+  return { moto, kubelet, cls };
+}
+
+async function apply(client: KubeClient, ec2: Ec2Dev | undefined): Promise<void> {
+  const cls = ec2?.cls ?? sampleClass();
+  if (ec2 !== undefined) {
+    try {
+      await client.create(CoreResources.secrets, sampleSecret());
+    } catch (err) {
+      if (!isAlreadyExists(err)) throw err;
+    }
+  }
   for (const [res, obj] of [
-    [MachineClassResource, sampleClass()],
-    [MachineDeploymentResource, sampleDeployment()],
+    [MachineClassResource, cls],
+    [MachineDeploymentResource, sampleDeployment(cls.metadata.name ?? '')],
   ] as const) {
     try {
       await client.create(res, obj);
@@ -165,6 +233,7 @@ async function main(): Promise<number> {
   );
   const client = new KubeClient({ kubeConfig: cp.kubeConfig, userAgent: 'dev-mode' });
   let autoscaler: Autoscaler | undefined;
+  let ec2: Ec2Dev | undefined;
   let stopping = false;
   const stop = async (code: number): Promise<void> => {
     if (stopping) return;
@@ -172,6 +241,8 @@ async function main(): Promise<number> {
     say('\nStopping... (Ctrl-C again to kill everything at once)');
     await autoscaler?.stop().catch(() => undefined);
     await manager.stop().catch(() => undefined);
+    await ec2?.kubelet.stop().catch(() => undefined);
+    await ec2?.moto.stop().catch(() => undefined);
     client.close();
     await cp.stop();
     say(`Stopped; nothing is left running. Logs of this run: ${logDir} (replaced by the next run)`);
@@ -186,8 +257,12 @@ async function main(): Promise<number> {
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
   try {
+    if (opts.provider === 'aws') {
+      say('Starting the EC2 emulator (moto) and a kubelet simulator for its instances...');
+      ec2 = await startEc2(client, logDir);
+    }
     await manager.start();
-    await apply(client);
+    await apply(client, ec2);
     if (opts.autoscaler) {
       const version = newestAutoscalerVersion();
       const why = autoscalerUnavailableReason(version);
@@ -212,7 +287,7 @@ async function main(): Promise<number> {
   const kubectl = binaryPath('kubectl');
   const seconds = ((Date.now() - started) / 1000).toFixed(1);
   say(`
-Ready in ${seconds}s. The manager runs with the virtual provider; metrics on http://127.0.0.1:${manager.port}/metrics
+Ready in ${seconds}s. The manager runs with the ${ec2 === undefined ? 'virtual provider' : `AWS provider on the EC2 emulator at ${ec2.moto.endpoint} (AWS_ENDPOINT_URL_EC2; its state: ${ec2.moto.endpoint}/moto-api/)`}; metrics on http://127.0.0.1:${manager.port}/metrics
 ${autoscaler === undefined ? 'No cluster-autoscaler runs (--no-autoscaler or not buildable here).' : `cluster-autoscaler ${autoscaler.version} scales "workers" (1..6 machines) through 127.0.0.1:${grpcPort}; its log: ${autoscaler.logFile}`}
 
   export KUBECONFIG=${kubeconfig}

@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
 # Builds the real Kubernetes components that tests and dev mode run (etcd, kube-apiserver,
 # kube-scheduler, kube-controller-manager, kubectl, kwok, helm, cluster-autoscaler; gardener MCM
-# for the scale benchmark) from the Go module proxy into a cache directory outside the repository. Idempotent: a component whose
+# for the scale benchmark) from the Go module proxy, and the EC2 emulator (moto, a Python venv from
+# PyPI), into a cache directory outside the repository. Idempotent: a component whose
 # binaries already exist for the pinned version is skipped. cluster-autoscaler releases newer than
 # the proxy serves are built from the source tarballs in ../shared/third_party/cluster-autoscaler
 # (skipped, with the reason, where that directory is absent).
 #
 # Usage: hack/tools.sh [COMPONENT ...]   (default: all)
-#   all, test      etcd kube kwok helm cluster-autoscaler (every version) mcm-anchor
-#   dev            etcd kube kwok and the newest cluster-autoscaler
+#   all, test      etcd kube kwok helm cluster-autoscaler (every version) mcm-anchor moto
+#   dev            etcd kube kwok and the newest cluster-autoscaler, moto (for --provider=aws)
 #   etcd | kube | kwok | helm
+#   moto           the EC2 emulator: a venv with moto[ec2,iam,server] (needs python3 >= 3.9 and
+#                  PyPI); bin/moto_server starts it
 #   cluster-autoscaler         every pinned version (1.33 from the proxy, the others from sources)
 #   cluster-autoscaler-1.NN    one version, e.g. cluster-autoscaler-1.36
 #   mcm-anchor     gardener MCM and its provider machine-controller with our virtual-cloud driver:
 #                  `npm run bench scale`, and the tests of our manager beside gardener's provider
+#   mcm-aws-anchor gardener's AWS machine-controller (machine-controller-manager-provider-aws,
+#                  unchanged, from the release tarball in ../shared/third_party), for
+#                  `npm run bench aws` (not in all/test/dev)
 #        hack/tools.sh --print-dir     print the cache directory and exit
 # Env:   MCM_TOOLS_DIR       cache directory (default: ${XDG_CACHE_HOME:-~/.cache}/mcm-ts/tools)
 #        MCM_CA_SOURCES_DIR  cluster-autoscaler source tarballs
@@ -69,6 +75,12 @@ require_go() {
   fi
 }
 
+# What run_logged counts in a log for its progress lines: Go packages compiled (`go build -v` prints
+# one line per package); pip's build sets these to the distributions it has collected.
+PROGRESS_PATTERN='^(go: |#|\s)'
+PROGRESS_INVERT=1
+PROGRESS_UNIT='packages built so far'
+
 # run_logged <name> <logfile> <cmd...>: runs a command with its output in a log file and prints a
 # progress line every 30 seconds (elapsed time and packages compiled so far, from `go build -v`).
 run_logged() {
@@ -85,8 +97,12 @@ run_logged() {
     done
     if kill -0 "$pid" 2>/dev/null; then
       local pkgs
-      pkgs=$(grep -c -v -E '^(go: |#|\s)' "$logfile" || true)
-      log "  $name: still working, $(fmt_duration $(($(date +%s) - started))) elapsed, $pkgs packages built so far"
+      if ((PROGRESS_INVERT)); then
+        pkgs=$(grep -c -v -E "$PROGRESS_PATTERN" "$logfile" || true)
+      else
+        pkgs=$(grep -c -E "$PROGRESS_PATTERN" "$logfile" || true)
+      fi
+      log "  $name: still working, $(fmt_duration $(($(date +%s) - started))) elapsed, $pkgs $PROGRESS_UNIT"
     fi
   done
   wait "$pid"
@@ -452,6 +468,65 @@ build_mcm_anchor() {
   anchor_source_hash >"$out/source/$(anchor_source_hash)"
 }
 
+# --- moto: the EC2 emulator the AWS provider's tests run against ---------------------------------
+# A Python venv with moto[ec2,iam,server] from PyPI. A venv's console scripts carry the absolute
+# path of its interpreter, and the build happens in a scratch directory that is then renamed, so
+# bin/moto_server is a small wrapper that runs the venv's interpreter by a relative path (the
+# interpreter itself finds its venv wherever the directory lies).
+require_python() {
+  local py=${MCM_PYTHON:-python3}
+  if ! command -v "$py" >/dev/null 2>&1; then
+    echo "$py is not installed; the EC2 emulator (moto) needs Python >= 3.9 (set MCM_PYTHON)" >&2
+    return 1
+  fi
+  if ! "$py" -c 'import sys, venv; sys.exit(0 if sys.version_info >= (3, 9) else 1)' 2>/dev/null; then
+    echo "$py is older than 3.9 or has no venv module; moto $MOTO_VERSION needs Python >= 3.9 with venv" >&2
+    return 1
+  fi
+}
+
+build_moto() {
+  local out=$1 logfile=$2
+  require_python 2>&1 | tee -a "$logfile" >&2
+  local py=${MCM_PYTHON:-python3}
+  "$py" -m venv "$out/venv" >>"$logfile" 2>&1
+  PROGRESS_PATTERN='^(Collecting|Downloading|Using cached) ' PROGRESS_INVERT=0 PROGRESS_UNIT='distributions fetched so far' \
+    run_logged moto "$logfile" "$out/venv/bin/python" -m pip install --disable-pip-version-check --no-input \
+    "moto[ec2,iam,server]==$MOTO_VERSION"
+  cat >"$out/bin/moto_server" <<'WRAPPER'
+#!/bin/sh
+# The venv's own moto_server script names its interpreter by an absolute path; this one does not.
+exec "$(dirname "$0")/../venv/bin/python" -c 'import sys; from moto.server import main; sys.exit(main())' "$@"
+WRAPPER
+  chmod +x "$out/bin/moto_server"
+  "$out/bin/moto_server" --help >>"$logfile" 2>&1
+}
+
+# --- mcm-aws-anchor: gardener's AWS provider, the AWS benchmark's point of comparison ------------
+# The module proxy refuses github.com/gardener/machine-controller-manager-provider-aws, so the
+# release's `git archive` in ../shared/third_party is checked against its SHA256SUMS, unpacked and
+# built with its own go.mod/go.sum (dependencies from the proxy).
+AWS_ANCHOR_SOURCES_DIR="${MCM_AWS_ANCHOR_SOURCES_DIR:-$ROOT/../shared/third_party/machine-controller-manager-provider-aws}"
+
+build_mcm_aws_anchor() {
+  local out=$1 logfile=$2
+  local tarball="machine-controller-manager-provider-aws-${MCM_AWS_ANCHOR_VERSION#v}.tar.gz"
+  local expected actual
+  expected=$(awk -v f="$tarball" '$2 == f || $2 == "*" f { print $1 }' "$AWS_ANCHOR_SOURCES_DIR/SHA256SUMS")
+  actual=$(sha256sum "$AWS_ANCHOR_SOURCES_DIR/$tarball" | awk '{ print $1 }')
+  if [[ -z "$expected" || "$expected" != "$actual" ]]; then
+    echo "checksum of $tarball: expected '${expected}', got $actual" | tee -a "$logfile" >&2
+    return 1
+  fi
+  local src="$TOOLS_DIR/src/mcm-aws-anchor-$MCM_AWS_ANCHOR_VERSION"
+  rm -rf "$src"
+  mkdir -p "$src"
+  tar xzf "$AWS_ANCHOR_SOURCES_DIR/$tarball" -C "$src"
+  cd "$src"/machine-controller-manager-provider-aws-*
+  run_logged mcm-aws-anchor "$logfile" go mod download
+  run_logged mcm-aws-anchor "$logfile" go_locked go build -v -ldflags "-s -w" -o "$out/bin/machine-controller" ./cmd/machine-controller
+}
+
 # --- main ------------------------------------------------------------------------------------------
 # cluster-autoscaler-1.NN -> pinned patch version
 declare -A CA_BY_MINOR=()
@@ -464,23 +539,30 @@ for v in "${CA_ALL[@]}"; do CA_COMPONENTS+=("cluster-autoscaler-${v%.*}"); done
 components=()
 for arg in "${@:-all}"; do
   case "$arg" in
-    all | test) components+=(etcd kube kwok helm "${CA_COMPONENTS[@]}" mcm-anchor) ;;
-    dev) components+=(etcd kube kwok "$CA_NEWEST") ;;
-    etcd | kube | kwok | helm | mcm-anchor) components+=("$arg") ;;
+    all | test) components+=(etcd kube kwok helm "${CA_COMPONENTS[@]}" mcm-anchor moto) ;;
+    dev) components+=(etcd kube kwok "$CA_NEWEST" moto) ;;
+    etcd | kube | kwok | helm | mcm-anchor | mcm-aws-anchor | moto) components+=("$arg") ;;
     cluster-autoscaler) components+=("${CA_COMPONENTS[@]}") ;;
     *)
       if [[ -n "${CA_BY_MINOR[$arg]:-}" ]]; then
         components+=("$arg")
       else
-        echo "unknown component '$arg' (expected all, test, dev, etcd, kube, kwok, helm, cluster-autoscaler, ${CA_COMPONENTS[*]}, mcm-anchor)" >&2
+        echo "unknown component '$arg' (expected all, test, dev, etcd, kube, kwok, helm, cluster-autoscaler, ${CA_COMPONENTS[*]}, mcm-anchor, mcm-aws-anchor, moto)" >&2
         exit 2
       fi
       ;;
   esac
 done
 
-require_go
-log "building into $TOOLS_DIR with $(go env GOVERSION) (GOMODCACHE=$(go env GOMODCACHE))"
+# Only the Go-built components need Go: `hack/tools.sh moto` runs without it.
+needs_go=0
+for c in "${components[@]}"; do [[ "$c" == moto ]] || needs_go=1; done
+if ((needs_go)); then
+  require_go
+  log "building into $TOOLS_DIR with $(go env GOVERSION) (GOMODCACHE=$(go env GOMODCACHE))"
+else
+  log "building into $TOOLS_DIR"
+fi
 declare -A seen=()
 for c in "${components[@]}"; do
   [[ -n "${seen[$c]:-}" ]] && continue
@@ -491,6 +573,22 @@ for c in "${components[@]}"; do
     kwok) build_component kwok "$KWOK_VERSION" kwok -- build_kwok ;;
     helm) build_component helm "$HELM_VERSION" helm -- build_helm ;;
     cluster-autoscaler-*) build_ca "${CA_BY_MINOR[$c]}" ;;
+    mcm-aws-anchor)
+      if [[ ! -f "$AWS_ANCHOR_SOURCES_DIR/SHA256SUMS" ]] && ! is_built mcm-aws-anchor "$MCM_AWS_ANCHOR_VERSION" machine-controller; then
+        skip_component mcm-aws-anchor "$MCM_AWS_ANCHOR_VERSION" "no sources: $AWS_ANCHOR_SOURCES_DIR/SHA256SUMS is absent"
+      else
+        build_component mcm-aws-anchor "$MCM_AWS_ANCHOR_VERSION" machine-controller -- build_mcm_aws_anchor
+      fi
+      ;;
+    moto)
+      # Without a usable Python the emulator is skipped with the reason, like a cluster-autoscaler
+      # without sources: the tests that need it then fail naming the command to run.
+      if ! is_built moto "$MOTO_VERSION" moto_server venv/bin/python && ! why=$(require_python 2>&1); then
+        skip_component moto "$MOTO_VERSION" "$why"
+      else
+        build_component moto "$MOTO_VERSION" moto_server venv/bin/python -- build_moto
+      fi
+      ;;
     mcm-anchor)
       build_component mcm-anchor "$MCM_ANCHOR_VERSION" machine-controller-manager machine-controller \
         "source/$(anchor_source_hash)" -- build_mcm_anchor

@@ -26,13 +26,14 @@ import { LeaseFence } from './kube/fence.js';
 import { ObservabilityServer, readiness } from './observability/http.js';
 import type { Logger } from './observability/logger.js';
 import { newRegistry } from './observability/metrics.js';
+import { AWS_PROVIDER, AWS_PROVIDER_ID_PREFIX, awsProvider } from './providers/aws/index.js';
 import { VIRTUAL_PROVIDER, VIRTUAL_PROVIDER_ID_PREFIX, virtualProvider } from './providers/virtual/index.js';
 
-/** The providers this build serves: the built-in virtual (simulated) cloud. */
+/** The providers this build serves: the built-in virtual (simulated) cloud and AWS EC2. */
 export function defaultProviders(): ProviderRegistry {
-  return new ProviderRegistry().register(VIRTUAL_PROVIDER, virtualProvider(), {
-    providerIDPrefix: VIRTUAL_PROVIDER_ID_PREFIX,
-  });
+  return new ProviderRegistry()
+    .register(VIRTUAL_PROVIDER, virtualProvider(), { providerIDPrefix: VIRTUAL_PROVIDER_ID_PREFIX })
+    .register(AWS_PROVIDER, awsProvider(), { providerIDPrefix: AWS_PROVIDER_ID_PREFIX });
 }
 
 /**

@@ -1,4 +1,5 @@
 import { benchAutoscaler } from './autoscaler.bench.js';
+import { benchAws } from './aws.bench.js';
 import { benchInformer } from './informer.bench.js';
 import { benchLifecycle } from './lifecycle.bench.js';
 import { benchMachineSet } from './machineset.bench.js';
@@ -12,10 +13,12 @@ const benches: Record<string, () => Promise<void>> = {
   autoscaler: benchAutoscaler,
   scale: benchScale,
   soak: benchSoak,
+  aws: benchAws,
 };
 
-// Run only when named (`npm run bench soak`): the soak takes 30 minutes (MCM_BENCH_SOAK_MINUTES).
-const onlyWhenNamed = new Set(['soak']);
+// Run only when named (`npm run bench soak`): the soak takes 30 minutes (MCM_BENCH_SOAK_MINUTES);
+// aws needs the EC2 emulator (`bash hack/tools.sh moto`).
+const onlyWhenNamed = new Set(['soak', 'aws']);
 
 const only = process.argv.slice(2);
 console.log(`node ${process.version}, ${new Date().toISOString()}`);

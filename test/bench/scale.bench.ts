@@ -303,7 +303,7 @@ async function startAnchor(cp: ControlPlane, s: Setting): Promise<ManagedProcess
 }
 
 /** gardener's own CRDs of the anchor release (kubectl apply), established and discoverable. */
-async function installAnchorCRDs(cp: ControlPlane): Promise<void> {
+export async function installAnchorCRDs(cp: ControlPlane): Promise<void> {
   const dir = path.join(mcmAnchorDir(), 'crds');
   const files = readdirSync(dir).filter((f) => f.endsWith('.yaml'));
   const r = await cp.kubectl(['apply', '--server-side', ...files.flatMap((f) => ['-f', path.join(dir, f)])]);

@@ -18,8 +18,11 @@ import { RealClock } from '../../lib/kube/clock.js';
 import type { PersistentVolumeSpec, Secret } from '../../lib/kube/types.js';
 import { nullLogger } from '../../lib/observability/logger.js';
 import { newRegistry } from '../../lib/observability/metrics.js';
+import { AWS_PROVIDER, awsProvider } from '../../lib/providers/aws/index.js';
 import { VIRTUAL_PROVIDER, virtualProvider } from '../../lib/providers/virtual/index.js';
 import { startControlPlane } from '../harness/controlplane.js';
+import { provisionCloud, sampleMachineClass } from '../harness/ec2cloud.js';
+import { startMoto } from '../harness/moto.js';
 import { repoRoot } from '../harness/tools.js';
 import { describeConformance, type ConformanceTarget } from './suite.js';
 
@@ -116,6 +119,44 @@ describeConformance('example (out-of-tree module, examples/provider-example)', a
     cleanup: async () => {
       await registry.stop();
       await rm(dir, { recursive: true, force: true });
+    },
+  };
+});
+
+describeConformance('AWS (built in, on the EC2 emulator)', async () => {
+  const moto = await startMoto();
+  const saved = process.env.AWS_ENDPOINT_URL_EC2;
+  // The SDK's standard variable, read when the driver makes its first client.
+  process.env.AWS_ENDPOINT_URL_EC2 = moto.endpoint;
+  const cloud = await provisionCloud(moto.endpoint);
+  const registry = new ProviderRegistry().register(AWS_PROVIDER, awsProvider());
+  registry.instantiate(context(undefined));
+  const driver = registry.driverFor(AWS_PROVIDER);
+  if (driver === undefined) throw new Error('AWS provider not instantiated');
+  const valid = sampleMachineClass(cloud, 'conformance');
+  const invalid = sampleMachineClass(cloud, 'conformance-invalid');
+  delete invalid.providerSpec.ami;
+  return {
+    driver,
+    machineClass: valid,
+    invalidClass: invalid,
+    secret: secretOf({
+      userData: SECRET_VALUES[0] ?? '',
+      providerAccessKeyId: SECRET_VALUES[1] ?? '',
+      providerSecretAccessKey: 'conformance-secret-access-key-5d2e',
+    }),
+    secretValues: [...SECRET_VALUES, 'conformance-secret-access-key-5d2e'],
+    ownVolume: {
+      spec: { csi: { driver: 'ebs.csi.aws.com', volumeHandle: 'vol-0c0ffee' } },
+      id: 'vol-0c0ffee',
+    },
+    cleanup: async () => {
+      await registry.stop();
+      cloud.ec2.destroy();
+      cloud.iam.destroy();
+      await moto.stop();
+      if (saved === undefined) delete process.env.AWS_ENDPOINT_URL_EC2;
+      else process.env.AWS_ENDPOINT_URL_EC2 = saved;
     },
   };
 });

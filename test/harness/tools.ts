@@ -16,6 +16,10 @@ export interface ToolVersions {
   CLUSTER_AUTOSCALER_SOURCE_VERSIONS: string;
   /** gardener machine-controller-manager, the scale benchmark's anchor. */
   MCM_ANCHOR_VERSION: string;
+  /** moto, the EC2 emulator (PyPI). */
+  MOTO_VERSION: string;
+  /** gardener's AWS provider, the AWS benchmark's anchor. */
+  MCM_AWS_ANCHOR_VERSION: string;
 }
 
 /** Reads hack/versions.env, the single list of pinned component versions. */
@@ -39,6 +43,8 @@ export function readToolVersions(): ToolVersions {
     CLUSTER_AUTOSCALER_VERSION: get('CLUSTER_AUTOSCALER_VERSION'),
     CLUSTER_AUTOSCALER_SOURCE_VERSIONS: get('CLUSTER_AUTOSCALER_SOURCE_VERSIONS'),
     MCM_ANCHOR_VERSION: get('MCM_ANCHOR_VERSION'),
+    MOTO_VERSION: get('MOTO_VERSION'),
+    MCM_AWS_ANCHOR_VERSION: get('MCM_AWS_ANCHOR_VERSION'),
   };
 }
 
@@ -204,4 +210,20 @@ export function autoscalerProto(): { includeDir: string; file: string } {
  */
 export function mcmAnchorDir(): string {
   return path.join(toolsDir(), `mcm-anchor-${readToolVersions().MCM_ANCHOR_VERSION}`);
+}
+
+// --- moto, the EC2 emulator --------------------------------------------------------------------------
+
+/** The emulator's start script (`bash hack/tools.sh moto`); throws with that command when missing. */
+export function motoServerPath(): string {
+  const p = path.join(toolsDir(), `moto-${readToolVersions().MOTO_VERSION}`, 'bin', 'moto_server');
+  if (!existsSync(p)) {
+    throw new Error(`the EC2 emulator is not installed (expected ${p}); run \`bash hack/tools.sh moto\``);
+  }
+  return p;
+}
+
+/** gardener's AWS machine-controller, unchanged (`bash hack/tools.sh mcm-aws-anchor`): bin/machine-controller. */
+export function mcmAwsAnchorDir(): string {
+  return path.join(toolsDir(), `mcm-aws-anchor-${readToolVersions().MCM_AWS_ANCHOR_VERSION}`);
 }

@@ -3,8 +3,11 @@ import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 
+import { KubeConfig } from '@kubernetes/client-node';
 import { expect } from 'chai';
 
+import { MachineResource, type Machine } from '../../lib/api/types.js';
+import { KubeClient } from '../../lib/kube/client.js';
 import { processExists } from '../harness/process.js';
 import { repoRoot } from '../harness/tools.js';
 import { until } from './env/until.js';
@@ -108,4 +111,71 @@ describe('dev mode (npm start)', function () {
       }
     });
   }
+
+  it('--provider=aws: the sample deployment runs on the EC2 emulator; Ctrl-C stops the emulator too', async () => {
+    const scratch = mkdtempSync(path.join(tmpdir(), 'mcm-devtest-'));
+    const devDir = path.join(scratch, 'dev');
+    const child = spawn(process.execPath, [devScript, '--no-autoscaler', '--provider=aws'], {
+      env: { ...process.env, MCM_DEV_DIR: devDir },
+      detached: true,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    const pid = child.pid ?? 0;
+    let out = '';
+    child.stdout.setEncoding('utf8').on('data', (d: string) => (out += d));
+    child.stderr.setEncoding('utf8').on('data', (d: string) => (out += d));
+    const exited = new Promise<number | null>((resolve) => child.on('exit', resolve));
+    let code: number | null | undefined;
+    void exited.then((c) => (code = c));
+    let client: KubeClient | undefined;
+    try {
+      await until(
+        'dev mode ready (or exited)',
+        () => out.includes('Ready in') || code !== undefined,
+        240_000,
+      );
+      expect(code, `dev mode exited during start-up:\n${out}`).to.equal(undefined);
+      expect(out).to.match(
+        /The manager runs with the AWS provider on the EC2 emulator at http:\/\/127\.0\.0\.1:\d+/,
+      );
+      const kc = new KubeConfig();
+      kc.loadFromFile(path.join(devDir, 'kubeconfig'));
+      const kube = new KubeClient({ kubeConfig: kc, userAgent: 'dev-test' });
+      client = kube;
+      const machines = await until(
+        'the 2 sample machines Running on EC2 instances',
+        async () => {
+          const list = await kube.list<Machine>(MachineResource, { namespace: 'default' });
+          const running = list.items.filter(
+            (m) =>
+              m.status?.currentStatus?.phase === 'Running' &&
+              (m.spec?.providerID ?? '').startsWith('aws:///eu-west-1/i-'),
+          );
+          return running.length === 2 ? running : undefined;
+        },
+        120_000,
+      );
+      expect(machines.map((m) => m.metadata.labels?.node)).to.satisfy((names: string[]) =>
+        names.every((n) => n.endsWith('.eu-west-1.compute.internal')),
+      );
+      const pids = descendants(pid);
+      expect(pids.length, 'the five components and moto_server').to.equal(6);
+      process.kill(-pid, 'SIGINT');
+      expect(await exited).to.equal(0);
+      await until('every component process gone', () => pids.every((p) => !processExists(p)), 15_000);
+      expect(readdirSync(path.join(devDir, 'logs')).sort()).to.deep.equal(
+        [...COMPONENT_LOGS, 'moto.log'].sort(),
+      );
+    } finally {
+      client?.close();
+      if (code === undefined) {
+        try {
+          process.kill(-pid, 'SIGKILL');
+        } catch {
+          // already gone
+        }
+      }
+      rmSync(scratch, { recursive: true, force: true });
+    }
+  });
 });

@@ -20,7 +20,7 @@ import type { ReconcileResult } from '../../kube/controller.js';
 import type { DeepReadonly } from '../../kube/informer.js';
 import type { Secret } from '../../kube/types.js';
 import type { Logger } from '../../observability/logger.js';
-import { phaseOf } from '../machines.js';
+import { phaseOf, sameVM } from '../machines.js';
 import { ensureBootstrapToken, needsBootstrapToken, substituteUserData } from './bootstrap.js';
 import { MachineEventReason, type MachineDeps } from './deps.js';
 import { lastOp } from './health.js';
@@ -191,8 +191,12 @@ export async function runCreationFlow(
     d.metrics.observe('create', m, (d.clock.now() - started) / 1000);
     log.info('created VM', { providerID, node: nodeName });
     needsInit = true;
-    // A VM that reuses an existing Node of another name would take over that node's identity.
-    if (withTarget && nodeName !== name && d.informers.nodes?.get(undefined, nodeName) !== undefined) {
+    // A VM that reuses an existing Node of another name would take over that node's identity. A
+    // Node that already names this VM is its own: a cloud whose instances boot fast (or an
+    // emulator) may register it before CreateMachine's answer is handled.
+    const existing =
+      withTarget && nodeName !== name ? d.informers.nodes?.get(undefined, nodeName) : undefined;
+    if (existing !== undefined && !sameVM(existing.spec?.providerID ?? '', providerID)) {
       return staleNode(d, m, driver, request, providerID, nodeName, log);
     }
   }

@@ -14,7 +14,7 @@ import {
   type MachineControllerSettings,
 } from '../../../../lib/controllers/machine/settings.js';
 import { ProviderRegistry } from '../../../../lib/driver/registry.js';
-import type { DriverOperation } from '../../../../lib/driver/driver.js';
+import type { Driver, DriverOperation } from '../../../../lib/driver/driver.js';
 import type { Node } from '../../../../lib/kube/types.js';
 import { nullLogger } from '../../../../lib/observability/logger.js';
 import { virtualProvider } from '../../../../lib/providers/virtual/index.js';
@@ -75,6 +75,8 @@ export async function machineControllerEnv(
     settings?: Partial<MachineControllerSettings>;
     machineClass?: MachineClass | null;
     seed?: (env: ControllerTestEnv) => void;
+    /** A further provider (a fake driver) beside the virtual one. */
+    provider?: { name: string; driver: Driver };
   } = {},
 ): Promise<{ env: ControllerTestEnv; mc: MachineController }> {
   const env = new ControllerTestEnv();
@@ -83,6 +85,8 @@ export async function machineControllerEnv(
   for (const m of machines) env.seed(MachineResource, m);
   opts.seed?.(env);
   const providers = new ProviderRegistry().register('virtual', virtualProvider());
+  const extra = opts.provider;
+  if (extra !== undefined) providers.register(extra.name, () => ({ driver: extra.driver }));
   providers.instantiate({
     control: env.api,
     target: env.target,

@@ -1,0 +1,203 @@
+// The RunInstances request of a machine: what gardener's provider sends for the same class, plus
+// a ClientToken so that EC2 itself refuses to start a second instance for a retried request.
+
+import { createHash } from 'node:crypto';
+
+import type {
+  BlockDeviceMapping,
+  InstanceNetworkInterfaceSpecification,
+  RunInstancesCommandInput,
+  Tag,
+  TagSpecification,
+  _InstanceType,
+} from '@aws-sdk/client-ec2';
+
+import { ROOT_DEVICE_NAME, type AwsBlockDevice, type AwsProviderSpec } from './spec.js';
+
+/** The tag that names an instance's machine (gardener's, and the EC2 console's, name tag). */
+export const NAME_TAG = 'Name';
+
+export interface LaunchRequest {
+  spec: AwsProviderSpec;
+  machineName: string;
+  /** The machine's UID: the ClientToken is derived from it. */
+  machineUID: string;
+  /** Decoded user data (sent base64-encoded, as EC2 requires). */
+  userData: string;
+  /** The AMI's root device name; needed only when the class lists block devices. */
+  rootDeviceName?: string | undefined;
+}
+
+/** Whether the request needs the AMI's root device name (a `/root` device, or a single device). */
+export function needsRootDeviceName(spec: AwsProviderSpec): boolean {
+  return spec.blockDevices.length > 0;
+}
+
+/** The class tags without `Name`, then `Name=<machine>`: a machine's name always wins. */
+export function instanceTags(spec: AwsProviderSpec, machineName: string): Tag[] {
+  const tags: Tag[] = Object.entries(spec.tags)
+    .filter(([k]) => k !== NAME_TAG)
+    .sort(([a], [b]) => a.localeCompare(b))
+    .map(([Key, Value]) => ({ Key, Value }));
+  tags.push({ Key: NAME_TAG, Value: machineName });
+  return tags;
+}
+
+function blockDeviceMapping(
+  device: AwsBlockDevice,
+  single: boolean,
+  rootDeviceName: string | undefined,
+): BlockDeviceMapping {
+  const isRoot = device.deviceName === ROOT_DEVICE_NAME || single;
+  let DeviceName = device.deviceName ?? '';
+  if (isRoot) {
+    if (rootDeviceName === undefined || rootDeviceName === '') {
+      throw new Error('the AMI has no root device name, so the root block device cannot be mapped');
+    }
+    DeviceName = rootDeviceName;
+  }
+  if (device.noDevice !== undefined && device.noDevice !== '')
+    return { DeviceName, NoDevice: device.noDevice };
+  if (device.virtualName !== undefined && device.virtualName !== '') {
+    return { DeviceName, VirtualName: device.virtualName };
+  }
+  const ebs = device.ebs ?? {};
+  return {
+    DeviceName,
+    Ebs: {
+      VolumeSize: ebs.volumeSize,
+      VolumeType: ebs.volumeType as NonNullable<BlockDeviceMapping['Ebs']>['VolumeType'],
+      Encrypted: ebs.encrypted ?? false,
+      DeleteOnTermination: ebs.deleteOnTermination ?? true,
+      ...(ebs.iops !== undefined && ebs.iops > 0 ? { Iops: ebs.iops } : {}),
+      ...(ebs.throughput === undefined ? {} : { Throughput: ebs.throughput }),
+      ...(ebs.kmsKeyID === undefined || ebs.kmsKeyID === '' ? {} : { KmsKeyId: ebs.kmsKeyID }),
+      ...(ebs.snapshotID === undefined || ebs.snapshotID === '' ? {} : { SnapshotId: ebs.snapshotID }),
+    },
+  };
+}
+
+function networkInterface(
+  ni: AwsProviderSpec['networkInterfaces'][number],
+  index: number,
+): InstanceNetworkInterfaceSpecification {
+  const out: InstanceNetworkInterfaceSpecification = {
+    DeviceIndex: ni.deviceIndex ?? index,
+    SubnetId: ni.subnetID,
+    Groups: [...ni.securityGroupIDs],
+    DeleteOnTermination: ni.deleteOnTermination ?? true,
+  };
+  if (ni.associatePublicIPAddress !== undefined) out.AssociatePublicIpAddress = ni.associatePublicIPAddress;
+  if (ni.description !== undefined) out.Description = ni.description;
+  if (ni.networkCardIndex !== undefined) out.NetworkCardIndex = ni.networkCardIndex;
+  if (ni.interfaceType !== undefined) out.InterfaceType = ni.interfaceType;
+  if (ni.ipv6PrefixCount !== undefined) out.Ipv6PrefixCount = ni.ipv6PrefixCount;
+  if (ni.ipv6AddressCount !== undefined) {
+    out.Ipv6AddressCount = ni.ipv6AddressCount;
+    out.PrimaryIpv6 = ni.primaryIpv6 ?? true;
+  }
+  return out;
+}
+
+/** The RunInstances input of a machine, ClientToken included (see clientToken). */
+export function runInstancesInput(req: LaunchRequest): RunInstancesCommandInput {
+  const { spec } = req;
+  const tags = instanceTags(spec, req.machineName);
+  const tagSpec = (ResourceType: TagSpecification['ResourceType']): TagSpecification => ({
+    ResourceType,
+    Tags: tags.map((t) => ({ ...t })),
+  });
+  const input: RunInstancesCommandInput = {
+    ImageId: spec.ami,
+    InstanceType: spec.machineType as _InstanceType,
+    MinCount: 1,
+    MaxCount: 1,
+    UserData: Buffer.from(req.userData, 'utf8').toString('base64'),
+    IamInstanceProfile: (spec.iam.name ?? '') !== '' ? { Name: spec.iam.name } : { Arn: spec.iam.arn },
+    NetworkInterfaces: spec.networkInterfaces.map(networkInterface),
+    TagSpecifications: [tagSpec('instance'), tagSpec('volume'), tagSpec('network-interface')],
+  };
+  if (spec.blockDevices.length > 0) {
+    const single = spec.blockDevices.length === 1;
+    input.BlockDeviceMappings = spec.blockDevices.map((d) =>
+      blockDeviceMapping(d, single, req.rootDeviceName),
+    );
+  }
+  if ((spec.keyName ?? '') !== '') input.KeyName = spec.keyName;
+  if (spec.ebsOptimized !== undefined) input.EbsOptimized = spec.ebsOptimized;
+  if (spec.monitoring !== undefined) input.Monitoring = { Enabled: spec.monitoring };
+  const md = spec.instanceMetadataOptions;
+  if (md !== undefined) {
+    input.MetadataOptions = {
+      ...(md.httpEndpoint === undefined ? {} : { HttpEndpoint: md.httpEndpoint as 'enabled' | 'disabled' }),
+      ...(md.httpPutResponseHopLimit === undefined
+        ? {}
+        : { HttpPutResponseHopLimit: md.httpPutResponseHopLimit }),
+      ...(md.httpTokens === undefined ? {} : { HttpTokens: md.httpTokens as 'required' | 'optional' }),
+      ...(md.httpProtocolIpv6 === undefined
+        ? {}
+        : { HttpProtocolIpv6: md.httpProtocolIpv6 as 'enabled' | 'disabled' }),
+    };
+  }
+  const cpu = spec.cpuOptions;
+  if (cpu !== undefined) {
+    input.CpuOptions = {
+      ...(cpu.amdSevSnp === undefined ? {} : { AmdSevSnp: cpu.amdSevSnp as 'enabled' | 'disabled' }),
+      ...(cpu.coreCount !== undefined && cpu.threadsPerCore !== undefined
+        ? { CoreCount: cpu.coreCount, ThreadsPerCore: cpu.threadsPerCore }
+        : {}),
+    };
+  }
+  const cr = spec.capacityReservation;
+  if (cr !== undefined) {
+    input.CapacityReservationSpecification =
+      (cr.capacityReservationPreference ?? '') !== ''
+        ? { CapacityReservationPreference: cr.capacityReservationPreference as 'open' | 'none' }
+        : {
+            CapacityReservationTarget: {
+              ...(cr.capacityReservationId === undefined
+                ? {}
+                : { CapacityReservationId: cr.capacityReservationId }),
+              ...(cr.capacityReservationResourceGroupArn === undefined
+                ? {}
+                : { CapacityReservationResourceGroupArn: cr.capacityReservationResourceGroupArn }),
+            },
+          };
+  }
+  if (spec.instanceMarketOptions !== undefined) {
+    input.InstanceMarketOptions = {
+      MarketType: spec.instanceMarketOptions.marketType as 'spot' | 'capacity-block',
+    };
+  } else if (spec.spotPrice !== undefined) {
+    input.InstanceMarketOptions = {
+      MarketType: 'spot',
+      SpotOptions: {
+        SpotInstanceType: 'one-time',
+        ...(spec.spotPrice === '' ? {} : { MaxPrice: spec.spotPrice }),
+      },
+    };
+  }
+  const pl = spec.placement;
+  if (pl !== undefined) {
+    input.Placement = {
+      ...(pl.groupId === undefined ? {} : { GroupId: pl.groupId }),
+      ...(pl.tenancy === undefined ? {} : { Tenancy: pl.tenancy as 'default' | 'dedicated' | 'host' }),
+      ...(pl.hostId === undefined ? {} : { HostId: pl.hostId }),
+      ...(pl.partitionNumber === undefined ? {} : { PartitionNumber: pl.partitionNumber }),
+      ...(pl.affinity === undefined ? {} : { Affinity: pl.affinity }),
+    };
+  }
+  input.ClientToken = clientToken(req.machineUID, input);
+  return input;
+}
+
+/**
+ * EC2's idempotency token (at most 64 ASCII characters): the machine's UID and the request, hashed.
+ * A retry of the same request is the same token, so EC2 returns the instance the first attempt
+ * started; a request changed in between (the class was edited) gets a new token instead of
+ * EC2's IdempotentParameterMismatch.
+ */
+export function clientToken(machineUID: string, input: RunInstancesCommandInput): string {
+  const { ClientToken: _ignored, ...rest } = input;
+  return createHash('sha256').update(machineUID).update('\0').update(JSON.stringify(rest)).digest('hex');
+}

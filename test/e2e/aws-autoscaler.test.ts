@@ -1,0 +1,207 @@
+// The stock cluster-autoscaler (the newest pinned version) with two AWS node groups on the EC2
+// emulator: one instance type has no capacity (InsufficientInstanceCapacity, answered by the fault
+// proxy), so its machine fails with ResourceExhausted, the autoscaler backs that group off as
+// OutOfResources and scales the other one; the failed group goes back to zero.
+
+import { mkdirSync } from 'node:fs';
+import path from 'node:path';
+
+import { expect } from 'chai';
+
+import {
+  MachineClassResource,
+  MachineDeploymentResource,
+  type Machine,
+  type MachineClass,
+  type MachineDeployment,
+} from '../../lib/api/types.js';
+import { GroupAnnotation } from '../../lib/autoscaler/groups.js';
+import { CoreResources } from '../../lib/kube/resources.js';
+import type { Node, Pod, Secret } from '../../lib/kube/types.js';
+import { startAutoscaler, requireAutoscaler, type Autoscaler } from '../harness/autoscaler.js';
+import { createMtlsBundle, writeMtlsBundle } from '../harness/certs.js';
+import {
+  CLUSTER_TAG,
+  REGION,
+  ZONE,
+  isLive,
+  provisionCloud,
+  sampleMachineClass,
+  sampleSecret,
+  taggedInstances,
+  type Ec2Cloud,
+} from '../harness/ec2cloud.js';
+import { Ec2KubeletSimulator } from '../harness/ec2kubelet.js';
+import { Ec2FaultProxy } from '../harness/ec2proxy.js';
+import { startMoto, type Moto } from '../harness/moto.js';
+import { newestAutoscalerVersion } from '../harness/tools.js';
+import { AppsDeployments, nodeFillingDeployment } from '../harness/workload.js';
+import { LifecycleEnv, NS } from '../integration/env/lifecycle.js';
+import { until } from '../integration/env/until.js';
+
+const POOL = 'aws-e2e';
+/** Fits the pods best (least waste), but EC2 has none. */
+const SCARCE = { type: 'm5.large', capacity: { cpu: '2', memory: '8Gi', pods: '20' } };
+const SPARE = { type: 'm5.xlarge', capacity: { cpu: '4', memory: '16Gi', pods: '20' } };
+
+describe('cluster-autoscaler with two AWS node groups on the EC2 emulator (real autoscaler, kube-scheduler, kwok, moto)', function () {
+  this.timeout(600_000);
+  const version = newestAutoscalerVersion();
+  let env: LifecycleEnv;
+  let moto: Moto;
+  let proxy: Ec2FaultProxy;
+  let cloud: Ec2Cloud;
+  let kubelet: Ec2KubeletSimulator;
+  let ca: Autoscaler | undefined;
+  const savedEndpoint = process.env.AWS_ENDPOINT_URL_EC2;
+
+  const pods = async (): Promise<Pod[]> =>
+    (await env.client.list<Pod>(CoreResources.pods, { namespace: NS, labelSelector: `app=${POOL}-pods` }))
+      .items;
+  const mcd = (name: string): Promise<MachineDeployment> =>
+    env.client.get<MachineDeployment>(MachineDeploymentResource, name, NS);
+
+  before(async () => {
+    requireAutoscaler(version);
+    moto = await startMoto();
+    proxy = new Ec2FaultProxy(moto.endpoint);
+    process.env.AWS_ENDPOINT_URL_EC2 = await proxy.start();
+    proxy.rule({
+      action: 'RunInstances',
+      match: (params) => params.get('InstanceType') === SCARCE.type,
+      error: {
+        status: 500,
+        code: 'InsufficientInstanceCapacity',
+        message: `We currently do not have sufficient ${SCARCE.type} capacity in the Availability Zone you requested (${ZONE}).`,
+      },
+    });
+    cloud = await provisionCloud(moto.endpoint);
+    env = await LifecycleEnv.start({ scheduler: true, controllerManager: true, kwok: true });
+    const dir = path.join(env.cp.workDir, 'tls');
+    mkdirSync(dir);
+    const tls = writeMtlsBundle(dir, createMtlsBundle());
+    await env.startManager({
+      grpcAddress: '127.0.0.1:0',
+      grpcTlsCertFile: tls.serverCertFile,
+      grpcTlsKeyFile: tls.serverKeyFile,
+      grpcClientCaFile: tls.caFile,
+      machineDrainTimeoutMs: 30_000,
+    });
+    kubelet = new Ec2KubeletSimulator({
+      endpoint: moto.endpoint,
+      region: REGION,
+      clusterTag: CLUSTER_TAG,
+      client: env.client,
+      capacityByType: { [SCARCE.type]: SCARCE.capacity, [SPARE.type]: SPARE.capacity },
+    });
+    kubelet.start();
+
+    await env.client.create<Secret>(CoreResources.secrets, sampleSecret());
+    for (const [name, shape] of [
+      ['scarce', SCARCE],
+      ['spare', SPARE],
+    ] as const) {
+      const cls = sampleMachineClass(cloud, `${POOL}-${name}`);
+      cls.providerSpec.machineType = shape.type;
+      cls.nodeTemplate = { capacity: shape.capacity, instanceType: shape.type, region: REGION, zone: ZONE };
+      await env.client.create<MachineClass>(MachineClassResource, cls);
+      await env.createDeployment(
+        `${POOL}-${name}`,
+        0,
+        `${POOL}-${name}`,
+        {},
+        {
+          nodeTemplate: { metadata: { labels: { pool: POOL } } },
+        },
+      );
+      await env.client.patch(
+        MachineDeploymentResource,
+        `${POOL}-${name}`,
+        { metadata: { annotations: { [GroupAnnotation.MinSize]: '0', [GroupAnnotation.MaxSize]: '6' } } },
+        { type: 'merge', namespace: NS },
+      );
+    }
+    ca = await startAutoscaler({
+      version,
+      controlPlane: env.cp,
+      address: `127.0.0.1:${env.manager?.grpcPort ?? 0}`,
+      tls: { certFile: tls.clientCertFile, keyFile: tls.clientKeyFile, caFile: tls.caFile },
+      grpcTimeout: '10s',
+    });
+  });
+
+  after(async () => {
+    await ca?.stop();
+    await kubelet.stop();
+    await env.stop();
+    cloud.ec2.destroy();
+    cloud.iam.destroy();
+    await proxy.stop();
+    await moto.stop();
+    if (savedEndpoint === undefined) delete process.env.AWS_ENDPOINT_URL_EC2;
+    else process.env.AWS_ENDPOINT_URL_EC2 = savedEndpoint;
+  });
+
+  it(`cluster-autoscaler ${version}: InsufficientInstanceCapacity backs the m5.large group off, the m5.xlarge group takes the pods`, async () => {
+    await env.client.create(
+      AppsDeployments,
+      nodeFillingDeployment({
+        name: `${POOL}-pods`,
+        namespace: NS,
+        pool: POOL,
+        replicas: 3,
+        memory: '256Mi',
+      }),
+    );
+    let scarceTried = false;
+    let exhausted: Machine | undefined;
+    const scheduled = await until(
+      '3 pods running on new nodes',
+      async () => {
+        if (((await mcd(`${POOL}-scarce`)).spec?.replicas ?? 0) > 0) scarceTried = true;
+        exhausted ??= (await env.machines(`${POOL}-scarce`)).find(
+          (m) => m.status?.lastOperation?.errorCode === 'ResourceExhausted',
+        );
+        const ps = await pods();
+        return ps.length === 3 &&
+          ps.every((p) => p.spec?.nodeName !== undefined && p.status?.phase === 'Running')
+          ? ps
+          : undefined;
+      },
+      420_000,
+    ).catch((err: unknown) => {
+      throw new Error(
+        `${err instanceof Error ? err.message : String(err)}\n--- cluster-autoscaler log (tail)\n${ca?.log().split('\n').slice(-40).join('\n') ?? ''}`,
+      );
+    });
+    expect(scarceTried, 'the best-fitting group was tried first').to.equal(true);
+    expect(exhausted?.status?.lastOperation?.description, 'its machine said why').to.include(
+      'InsufficientInstanceCapacity',
+    );
+    const spareMachines = await env.machines(`${POOL}-spare`);
+    const spareNodes = new Set(spareMachines.map((m) => m.metadata.labels?.node ?? ''));
+    for (const p of scheduled)
+      expect(spareNodes.has(p.spec?.nodeName ?? ''), 'pod on an m5.xlarge node').to.equal(true);
+    const nodes = (await env.client.list<Node>(CoreResources.nodes)).items.filter((n) =>
+      spareNodes.has(n.metadata.name ?? ''),
+    );
+    // 1.5 of 4 CPUs per pod: two pods fit an m5.xlarge node, so 3 pods need 2 nodes.
+    expect(nodes.map((n) => n.metadata.labels?.['node.kubernetes.io/instance-type'])).to.deep.equal([
+      SPARE.type,
+      SPARE.type,
+    ]);
+    const live = (await taggedInstances(cloud.ec2)).filter(isLive);
+    expect(
+      live.every((i) => i.InstanceType === SPARE.type),
+      'no m5.large instance exists',
+    ).to.equal(true);
+    expect(live.length).to.equal(spareMachines.length);
+    await until(
+      'the scarce group back at 0 with no machine',
+      async () =>
+        (await mcd(`${POOL}-scarce`)).spec?.replicas === 0 &&
+        (await env.machines(`${POOL}-scarce`)).length === 0,
+      180_000,
+    );
+  });
+});

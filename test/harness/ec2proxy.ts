@@ -1,0 +1,138 @@
+// An HTTP proxy in front of the EC2 emulator for what the emulator cannot do by itself: EC2 error
+// answers (capacity, throttling) for chosen calls, latency, and answers lost on the way back (the
+// call was executed, the client never learns it). It also counts EC2 calls by action.
+
+import http from 'node:http';
+import { randomUUID } from 'node:crypto';
+
+export interface Ec2FaultRule {
+  /** The EC2 action (`RunInstances`, …); any action when unset. */
+  action?: string;
+  /** A further condition on the request's parameters (e.g. its InstanceType). */
+  match?: (params: URLSearchParams) => boolean;
+  /** How many requests the rule applies to (unlimited when unset). */
+  times?: number;
+  /** Answer this EC2 error instead of forwarding. */
+  error?: { status: number; code: string; message: string };
+  /** Forward, let the emulator execute the call, then close the connection without an answer. */
+  dropAnswer?: boolean;
+  /** Forward after this long. */
+  delayMs?: number;
+}
+
+function errorXml(code: string, message: string): string {
+  const esc = (s: string): string => s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
+  return (
+    '<?xml version="1.0" encoding="UTF-8"?>\n' +
+    `<Response><Errors><Error><Code>${esc(code)}</Code><Message>${esc(message)}</Message></Error></Errors>` +
+    `<RequestID>${randomUUID()}</RequestID></Response>`
+  );
+}
+
+export class Ec2FaultProxy {
+  private server: http.Server | undefined;
+  private rules: { rule: Ec2FaultRule; used: number }[] = [];
+  /** EC2 calls that reached the proxy, by action (faulted ones included). */
+  readonly calls = new Map<string, number>();
+  /** Requests a rule applied to, by action. */
+  readonly faulted = new Map<string, number>();
+  endpoint = '';
+
+  constructor(private readonly upstream: string) {}
+
+  async start(): Promise<string> {
+    this.server = http.createServer((req, res) => {
+      const chunks: Buffer[] = [];
+      req.on('data', (c: Buffer) => chunks.push(c));
+      req.on('end', () => {
+        void this.handle(req, res, Buffer.concat(chunks));
+      });
+    });
+    this.server.keepAliveTimeout = 5_000;
+    await new Promise<void>((resolve) => this.server?.listen(0, '127.0.0.1', resolve));
+    const addr = this.server.address();
+    if (addr === null || typeof addr === 'string') throw new Error('the EC2 proxy has no port');
+    this.endpoint = `http://127.0.0.1:${addr.port}`;
+    return this.endpoint;
+  }
+
+  async stop(): Promise<void> {
+    this.server?.closeAllConnections();
+    await new Promise<void>((resolve) => {
+      if (this.server === undefined) resolve();
+      else
+        this.server.close(() => {
+          resolve();
+        });
+    });
+  }
+
+  rule(rule: Ec2FaultRule): void {
+    this.rules.push({ rule, used: 0 });
+  }
+
+  clearRules(): void {
+    this.rules = [];
+  }
+
+  resetCounts(): void {
+    this.calls.clear();
+    this.faulted.clear();
+  }
+
+  private pick(action: string, params: URLSearchParams): Ec2FaultRule | undefined {
+    for (const r of this.rules) {
+      if (r.rule.action !== undefined && r.rule.action !== action) continue;
+      if (r.rule.times !== undefined && r.used >= r.rule.times) continue;
+      if (r.rule.match !== undefined && !r.rule.match(params)) continue;
+      r.used++;
+      return r.rule;
+    }
+    return undefined;
+  }
+
+  private async handle(req: http.IncomingMessage, res: http.ServerResponse, body: Buffer): Promise<void> {
+    const url = new URL(req.url ?? '/', 'http://proxy');
+    const params = new URLSearchParams(body.toString('utf8'));
+    for (const [k, v] of url.searchParams) params.append(k, v);
+    const action = params.get('Action') ?? '';
+    this.calls.set(action, (this.calls.get(action) ?? 0) + 1);
+    const rule = this.pick(action, params);
+    if (rule !== undefined) this.faulted.set(action, (this.faulted.get(action) ?? 0) + 1);
+    if (rule?.error !== undefined) {
+      const xml = errorXml(rule.error.code, rule.error.message);
+      res.writeHead(rule.error.status, {
+        'content-type': 'text/xml',
+        'content-length': Buffer.byteLength(xml),
+      });
+      res.end(xml);
+      return;
+    }
+    if (rule?.delayMs !== undefined) await new Promise((r) => setTimeout(r, rule.delayMs));
+    const target = new URL(req.url ?? '/', this.upstream);
+    const up = http.request(
+      target,
+      { method: req.method, headers: { ...req.headers, host: target.host } },
+      (upRes) => {
+        const out: Buffer[] = [];
+        upRes.on('data', (c: Buffer) => out.push(c));
+        upRes.on('end', () => {
+          if (rule?.dropAnswer === true) {
+            req.socket.destroy();
+            return;
+          }
+          const headers = { ...upRes.headers };
+          delete headers['transfer-encoding'];
+          const data = Buffer.concat(out);
+          res.writeHead(upRes.statusCode ?? 502, { ...headers, 'content-length': data.length });
+          res.end(data);
+        });
+      },
+    );
+    up.on('error', (err) => {
+      res.writeHead(502, { 'content-type': 'text/plain' });
+      res.end(`EC2 proxy: upstream failed: ${err.message}`);
+    });
+    up.end(body);
+  }
+}

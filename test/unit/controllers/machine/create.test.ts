@@ -1,0 +1,79 @@
+import { expect } from 'chai';
+
+import type { MachineClass } from '../../../../lib/api/types.js';
+import { MachineError } from '../../../../lib/driver/codes.js';
+import type { Driver } from '../../../../lib/driver/driver.js';
+import { CoreResources } from '../../../../lib/kube/resources.js';
+import type { Node } from '../../../../lib/kube/types.js';
+import { machine } from '../builders.js';
+import { FINALIZER, machineControllerEnv, rctx } from './harness.js';
+
+const NODE = 'ip-10-0-0-7.eu-west-1.compute.internal';
+
+/** A cloud whose VMs are named by IP (the node name differs from the machine name), as EC2's. */
+function ipNamedCloud(): { driver: Driver; deleted: string[] } {
+  const deleted: string[] = [];
+  const driver: Driver = {
+    getMachineStatus: () => Promise.reject(new MachineError('NotFound', 'no VM')),
+    createMachine: () => Promise.resolve({ providerID: 'aws:///eu-west-1/i-0007', nodeName: NODE }),
+    initializeMachine: () => Promise.reject(new MachineError('Unimplemented', 'nothing to do')),
+    deleteMachine: (req) => {
+      deleted.push(req.machine.spec?.providerID ?? '');
+      return Promise.resolve({});
+    },
+    listMachines: () => Promise.resolve({ machineList: {} }),
+    getVolumeIDs: () => Promise.resolve({ volumeIDs: [] }),
+  };
+  return { driver, deleted };
+}
+
+const fakeClass: MachineClass = {
+  metadata: { name: 'ec2', namespace: 'default', finalizers: [FINALIZER] },
+  provider: 'ipcloud',
+  providerSpec: {},
+};
+
+const node = (providerID: string): Node => ({
+  apiVersion: 'v1',
+  kind: 'Node',
+  metadata: { name: NODE },
+  spec: { providerID },
+});
+
+describe('machine creation: a Node that exists when CreateMachine answers', () => {
+  it("is the new VM's own when its providerID names that VM (a kubelet's zone form): the machine goes on", async () => {
+    const cloud = ipNamedCloud();
+    const m = machine('m1');
+    m.spec = { ...m.spec, class: { kind: 'MachineClass', name: 'ec2' } };
+    const { env, mc } = await machineControllerEnv([m], {
+      machineClass: fakeClass,
+      provider: { name: 'ipcloud', driver: cloud.driver },
+      seed: (e) => {
+        e.seed(CoreResources.nodes, node('aws:///eu-west-1a/i-0007'));
+      },
+    });
+    await mc.reconcile('default/m1', rctx);
+    expect(cloud.deleted, 'no VM deleted').to.deep.equal([]);
+    const patched = env.api.writes().find((w) => w.subresource === undefined && w.verb === 'patch');
+    expect(patched?.body).to.deep.include({ spec: { providerID: 'aws:///eu-west-1/i-0007' } });
+    await env.stop();
+  });
+
+  it('is a stale node of another VM when its providerID names another: the new VM is deleted and the machine fails', async () => {
+    const cloud = ipNamedCloud();
+    const m = machine('m1');
+    m.spec = { ...m.spec, class: { kind: 'MachineClass', name: 'ec2' } };
+    const { env, mc } = await machineControllerEnv([m], {
+      machineClass: fakeClass,
+      provider: { name: 'ipcloud', driver: cloud.driver },
+      seed: (e) => {
+        e.seed(CoreResources.nodes, node('aws:///eu-west-1a/i-0001'));
+      },
+    });
+    await mc.reconcile('default/m1', rctx);
+    expect(cloud.deleted).to.deep.equal(['aws:///eu-west-1/i-0007']);
+    const status = env.api.writes().find((w) => w.subresource === 'status');
+    expect(JSON.stringify(status?.body)).to.include('VM using old node obj');
+    await env.stop();
+  });
+});

@@ -1,0 +1,435 @@
+import { expect } from 'chai';
+
+import type {
+  DescribeInstancesCommandInput,
+  DescribeInstancesCommandOutput,
+  Instance,
+  RunInstancesCommandInput,
+  RunInstancesCommandOutput,
+  ModifyInstanceAttributeCommandInput,
+  TerminateInstancesCommandInput,
+  TerminateInstancesCommandOutput,
+} from '@aws-sdk/client-ec2';
+
+import type { Machine, MachineClass } from '../../../../lib/api/types.js';
+import { decodeMachineError } from '../../../../lib/driver/codes.js';
+import type { Secret } from '../../../../lib/kube/types.js';
+import { nullLogger } from '../../../../lib/observability/logger.js';
+import type { Ec2Api } from '../../../../lib/providers/aws/client.js';
+import { AwsDriver, parseProviderID } from '../../../../lib/providers/aws/driver.js';
+import { b64, sampleSpec } from './fixtures.js';
+
+const meta = { $metadata: {} };
+const CLUSTER = 'kubernetes.io/cluster/YOUR_CLUSTER_NAME';
+
+function ec2Error(code: string, status: number): Error {
+  return Object.assign(new Error(`${code} happened`), { name: code, $metadata: { httpStatusCode: status } });
+}
+
+/** EC2 in memory: instances, the filters the driver uses, and hooks to inject failures. */
+class FakeEc2 implements Ec2Api {
+  instances: Instance[] = [];
+  runs: RunInstancesCommandInput[] = [];
+  describes: DescribeInstancesCommandInput[] = [];
+  terminated: string[] = [];
+  modified: string[] = [];
+  /** Called before a RunInstances is executed; may throw (nothing started). */
+  beforeRun: ((n: number) => void) | undefined;
+  /** Called after a RunInstances was executed; may throw (the answer is lost). */
+  afterRun: ((n: number) => void) | undefined;
+  terminate: ((ids: string[]) => TerminateInstancesCommandOutput) | undefined;
+  pageSize = 1000;
+  private next = 1;
+
+  add(i: Partial<Instance>): Instance {
+    const inst: Instance = {
+      InstanceId: `i-${(this.next++).toString(16).padStart(8, '0')}`,
+      State: { Name: 'running' },
+      PrivateDnsName: `ip-10-0-0-${this.next}.eu-west-1.compute.internal`,
+      PrivateIpAddress: `10.0.0.${this.next}`,
+      LaunchTime: new Date(1_000_000 + this.next),
+      ...i,
+    };
+    this.instances.push(inst);
+    return inst;
+  }
+
+  runInstances(input: RunInstancesCommandInput): Promise<RunInstancesCommandOutput> {
+    this.runs.push(input);
+    this.beforeRun?.(this.runs.length);
+    const inst = this.add({
+      InstanceType: input.InstanceType,
+      Tags: input.TagSpecifications?.find((t) => t.ResourceType === 'instance')?.Tags ?? [],
+    });
+    this.afterRun?.(this.runs.length);
+    return Promise.resolve({ ...meta, Instances: [inst] });
+  }
+
+  describeInstances(input: DescribeInstancesCommandInput): Promise<DescribeInstancesCommandOutput> {
+    this.describes.push(input);
+    if (input.InstanceIds !== undefined) {
+      const found = this.instances.filter((i) => input.InstanceIds?.includes(i.InstanceId ?? ''));
+      if (found.length === 0) return Promise.reject(ec2Error('InvalidInstanceID.NotFound', 400));
+      return Promise.resolve({ ...meta, Reservations: [{ Instances: found }] });
+    }
+    const matches = this.instances.filter((i) =>
+      (input.Filters ?? []).every((f) => {
+        const values = f.Values ?? [];
+        if (f.Name === 'tag-key') return i.Tags?.some((t) => values.includes(t.Key ?? ''));
+        if (f.Name === 'instance-state-name') return values.includes(i.State?.Name ?? '');
+        if (f.Name?.startsWith('tag:') === true) {
+          return i.Tags?.some((t) => t.Key === f.Name?.slice(4) && values.includes(t.Value ?? ''));
+        }
+        return false;
+      }),
+    );
+    const start = Number(input.NextToken ?? '0');
+    const page = matches.slice(start, start + this.pageSize);
+    const more = start + this.pageSize < matches.length;
+    return Promise.resolve({
+      ...meta,
+      Reservations: page.map((i) => ({ Instances: [i] })),
+      ...(more ? { NextToken: String(start + this.pageSize) } : {}),
+    });
+  }
+
+  describeImages(): Promise<{ $metadata: object; Images: { ImageId: string; RootDeviceName: string }[] }> {
+    return Promise.resolve({ ...meta, Images: [{ ImageId: 'ami-123456', RootDeviceName: '/dev/xvda' }] });
+  }
+
+  terminateInstances(input: TerminateInstancesCommandInput): Promise<TerminateInstancesCommandOutput> {
+    const ids = input.InstanceIds ?? [];
+    if (this.terminate !== undefined) return Promise.resolve(this.terminate(ids));
+    const known = this.instances.filter((i) => ids.includes(i.InstanceId ?? ''));
+    if (known.length === 0) return Promise.reject(ec2Error('InvalidInstanceID.NotFound', 400));
+    this.terminated.push(...ids);
+    const out = known.map((i) => ({ InstanceId: i.InstanceId, PreviousState: { Name: i.State?.Name } }));
+    for (const i of known) i.State = { Name: 'terminated' };
+    return Promise.resolve({ ...meta, TerminatingInstances: out } as TerminateInstancesCommandOutput);
+  }
+
+  modifyInstanceAttribute(input: ModifyInstanceAttributeCommandInput): Promise<void> {
+    this.modified.push(input.InstanceId ?? '');
+    const i = this.instances.find((x) => x.InstanceId === input.InstanceId);
+    if (i !== undefined) i.SourceDestCheck = false;
+    return Promise.resolve();
+  }
+
+  destroy(): void {
+    // nothing to close
+  }
+}
+
+const cls = (over: Record<string, unknown> = {}): MachineClass => ({
+  metadata: { name: 'test-mc', namespace: 'default' },
+  provider: 'AWS',
+  providerSpec: { ...sampleSpec(), region: 'eu-west-1', ...over },
+});
+const secret: Secret = {
+  metadata: { name: 's' },
+  data: {
+    providerAccessKeyId: b64('AKIDUNIT'),
+    providerSecretAccessKey: b64('SECRETUNIT'),
+    userData: b64('#!/bin/ud'),
+  },
+};
+const machine = (name: string, providerID?: string): Machine => ({
+  metadata: { name, namespace: 'default', uid: `uid-${name}` },
+  spec: providerID === undefined ? {} : { providerID },
+});
+
+function setup(clock = { now: 1_000_000 }): { fake: FakeEc2; driver: AwsDriver; regions: string[] } {
+  const fake = new FakeEc2();
+  const regions: string[] = [];
+  const driver = new AwsDriver({
+    logger: nullLogger,
+    launchBackoffMs: 0,
+    now: () => clock.now,
+    ec2: (region) => {
+      regions.push(region);
+      return fake;
+    },
+  });
+  return { fake, driver, regions };
+}
+
+async function codeOf(p: Promise<unknown>): Promise<string> {
+  try {
+    await p;
+  } catch (err) {
+    return `${decodeMachineError(err).code}: ${decodeMachineError(err).message}`;
+  }
+  return 'OK';
+}
+
+const tagged = (name: string): Partial<Instance> => ({
+  Tags: [
+    { Key: 'Name', Value: name },
+    { Key: CLUSTER, Value: '1' },
+    { Key: 'kubernetes.io/role/YOUR_ROLE_NAME', Value: '1' },
+  ],
+});
+
+describe('AWS provider: driver behaviour (fake EC2)', () => {
+  it('creates an instance and answers providerID aws:///<region>/<id> and the private DNS name', async () => {
+    const { fake, driver, regions } = setup();
+    const r = await driver.createMachine({ machine: machine('m1'), machineClass: cls(), secret });
+    const id = fake.instances[0]?.InstanceId ?? '';
+    expect(r.providerID).to.equal(`aws:///eu-west-1/${id}`);
+    expect(r.nodeName).to.equal(fake.instances[0]?.PrivateDnsName);
+    expect(fake.runs).to.have.length(1);
+    expect(regions).to.deep.equal(['eu-west-1']);
+  });
+
+  it("returns the machine's live instance instead of starting a second one", async () => {
+    const { fake, driver } = setup();
+    const existing = fake.add(tagged('m1'));
+    fake.add({ ...tagged('m1'), State: { Name: 'terminated' } });
+    const r = await driver.createMachine({ machine: machine('m1'), machineClass: cls(), secret });
+    expect(r.providerID).to.equal(`aws:///eu-west-1/${existing.InstanceId ?? ''}`);
+    expect(fake.runs).to.have.length(0);
+  });
+
+  it('after a RunInstances whose answer was lost, finds the started instance and sends no second one', async () => {
+    const { fake, driver } = setup();
+    fake.afterRun = (n) => {
+      if (n === 1) throw Object.assign(new Error('socket hang up'), { code: 'ECONNRESET' });
+    };
+    const r = await driver.createMachine({ machine: machine('m1'), machineClass: cls(), secret });
+    expect(fake.runs).to.have.length(1);
+    expect(fake.instances).to.have.length(1);
+    expect(r.providerID).to.match(/^aws:\/\/\/eu-west-1\/i-/);
+  });
+
+  it('CreateMachine right after a GetMachineStatus that found nothing sends no second lookup; later it looks again', async () => {
+    const clock = { now: 1_000_000 };
+    const { fake, driver } = setup(clock);
+    const req = { machine: machine('m1'), machineClass: cls(), secret };
+    const describeImages = fake.describeImages.bind(fake);
+    let images = 0;
+    fake.describeImages = () => {
+      images++;
+      return describeImages();
+    };
+    expect(await codeOf(driver.getMachineStatus(req))).to.match(/^NotFound/);
+    await driver.createMachine(req);
+    expect(fake.describes, 'only the status lookup').to.have.length(1);
+
+    const req2 = { machine: machine('m2'), machineClass: cls(), secret };
+    expect(await codeOf(driver.getMachineStatus(req2))).to.match(/^NotFound/);
+    clock.now += 2_001;
+    await driver.createMachine(req2);
+    expect(fake.describes, 'a stale absence is looked at again').to.have.length(3);
+    expect(images, 'one DescribeImages per AMI').to.equal(1);
+    expect(fake.runs).to.have.length(2);
+  });
+
+  it('retries a throttled RunInstances; a capacity error fails at once as ResourceExhausted', async () => {
+    const { fake, driver } = setup();
+    fake.beforeRun = (n) => {
+      if (n <= 2) throw ec2Error('RequestLimitExceeded', 503);
+    };
+    await driver.createMachine({ machine: machine('m1'), machineClass: cls(), secret });
+    expect(fake.runs).to.have.length(3);
+    expect(fake.instances).to.have.length(1);
+
+    fake.beforeRun = () => {
+      throw ec2Error('InsufficientInstanceCapacity', 500);
+    };
+    const before = fake.runs.length;
+    expect(
+      await codeOf(driver.createMachine({ machine: machine('m2'), machineClass: cls(), secret })),
+    ).to.match(/^ResourceExhausted: AWS RunInstances failed: InsufficientInstanceCapacity/);
+    expect(fake.runs.length - before, 'not retried by the driver').to.equal(1);
+  });
+
+  it('a ClientToken EC2 answers with a terminated instance is replaced by a token of its own', async () => {
+    const { fake, driver } = setup();
+    const gone = fake.add({ ...tagged('other'), State: { Name: 'terminated' } });
+    let first = true;
+    fake.runInstances = (input) => {
+      fake.runs.push(input);
+      if (first) {
+        first = false;
+        return Promise.resolve({ ...meta, Instances: [gone] });
+      }
+      return Promise.resolve({ ...meta, Instances: [fake.add(tagged('m1'))] });
+    };
+    const r = await driver.createMachine({ machine: machine('m1'), machineClass: cls(), secret });
+    expect(r.providerID).not.to.include(gone.InstanceId ?? 'none');
+    expect(fake.runs).to.have.length(2);
+    expect(fake.runs[1]?.ClientToken).not.to.equal(fake.runs[0]?.ClientToken);
+  });
+
+  it('refuses an invalid class or Secret with InvalidArgument, naming fields and no secret value', async () => {
+    const { fake, driver } = setup();
+    expect(
+      await codeOf(driver.createMachine({ machine: machine('m1'), machineClass: cls({ ami: '' }), secret })),
+    ).to.match(
+      /^InvalidArgument: invalid providerSpec of MachineClass test-mc: providerSpec\.ami: Required value/,
+    );
+    const noUserData: Secret = {
+      metadata: {},
+      data: { accessKeyID: b64('AKIDUNIT'), secretAccessKey: b64('SECRETUNIT') },
+    };
+    const text = await codeOf(
+      driver.createMachine({ machine: machine('m1'), machineClass: cls(), secret: noUserData }),
+    );
+    expect(text).to.match(/secretRef\.userData: Required value/);
+    const noKey = await codeOf(
+      driver.createMachine({
+        machine: machine('m1'),
+        machineClass: cls(),
+        secret: { metadata: {}, data: { secretAccessKey: b64('SECRETUNIT') } },
+      }),
+    );
+    expect(noKey).to.match(/secretRef\.providerAccessKeyId: Required value/);
+    expect(noKey).not.to.include('SECRETUNIT');
+    expect(fake.runs).to.have.length(0);
+  });
+
+  it('GetMachineStatus: by id when the machine has a providerID, NotFound when the instance is gone', async () => {
+    const { fake, driver } = setup();
+    const i = fake.add(tagged('m1'));
+    const pid = `aws:///eu-west-1/${i.InstanceId ?? ''}`;
+    const r = await driver.getMachineStatus({ machine: machine('m1', pid), machineClass: cls(), secret });
+    expect(r.nodeName).to.equal(i.PrivateDnsName);
+    expect(fake.describes.at(-1)?.InstanceIds).to.deep.equal([i.InstanceId]);
+    i.State = { Name: 'shutting-down' };
+    expect(
+      await codeOf(driver.getMachineStatus({ machine: machine('m1', pid), machineClass: cls(), secret })),
+    ).to.match(/^NotFound/);
+    expect(
+      await codeOf(
+        driver.getMachineStatus({
+          machine: machine('m1', 'aws:///eu-west-1/i-ffffffff'),
+          machineClass: cls(),
+          secret,
+        }),
+      ),
+    ).to.match(/^NotFound/);
+    expect(
+      await codeOf(driver.getMachineStatus({ machine: machine('m9'), machineClass: cls(), secret })),
+    ).to.match(/^NotFound/);
+  });
+
+  it('srcAndDstChecksEnabled: false: Uninitialized until InitializeMachine disabled the check', async () => {
+    const { fake, driver } = setup();
+    const i = fake.add({ ...tagged('m1'), SourceDestCheck: true });
+    const req = {
+      machine: machine('m1', `aws:///eu-west-1/${i.InstanceId ?? ''}`),
+      machineClass: cls({ srcAndDstChecksEnabled: false }),
+      secret,
+    };
+    expect(await codeOf(driver.getMachineStatus(req))).to.match(/^Uninitialized/);
+    await driver.initializeMachine(req);
+    expect(fake.modified).to.deep.equal([i.InstanceId]);
+    expect(await codeOf(driver.getMachineStatus(req))).to.equal('OK');
+  });
+
+  it('DeleteMachine terminates; an instance already gone is NotFound (success), even when terminate fails on a part', async () => {
+    const { fake, driver } = setup();
+    const i = fake.add(tagged('m1'));
+    const req = {
+      machine: machine('m1', `aws:///eu-west-1/${i.InstanceId ?? ''}`),
+      machineClass: cls(),
+      secret,
+    };
+    expect(await driver.deleteMachine(req)).to.deep.equal({});
+    expect(fake.terminated).to.deep.equal([i.InstanceId]);
+    expect(await codeOf(driver.deleteMachine(req)), 'previous state terminated').to.match(/^NotFound/);
+    fake.instances = [];
+    expect(await codeOf(driver.deleteMachine(req)), 'unknown to EC2').to.match(/^NotFound/);
+    const j = fake.add({ ...tagged('m2'), State: { Name: 'terminated' } });
+    fake.terminate = () => {
+      throw ec2Error('InvalidNetworkInterfaceID.NotFound', 400);
+    };
+    const req2 = {
+      machine: machine('m2', `aws:///eu-west-1/${j.InstanceId ?? ''}`),
+      machineClass: cls(),
+      secret,
+    };
+    expect(await codeOf(driver.deleteMachine(req2))).to.match(/^NotFound/);
+  });
+
+  it('DeleteMachine works with an invalid or missing class: the region comes from the providerID', async () => {
+    const { fake, driver, regions } = setup();
+    const i = fake.add(tagged('m1'));
+    const bare: MachineClass = { metadata: { name: 'gone' }, provider: 'AWS', providerSpec: {} };
+    await driver.deleteMachine({
+      machine: machine('m1', `aws:///us-east-2a/${i.InstanceId ?? ''}`),
+      machineClass: bare,
+      secret,
+    });
+    expect(fake.terminated).to.deep.equal([i.InstanceId]);
+    expect(regions).to.deep.equal(['us-east-2']);
+  });
+
+  it('DeleteMachine of a machine without providerID terminates the instances tagged with its name', async () => {
+    const { fake, driver } = setup();
+    const i = fake.add(tagged('m1'));
+    fake.add(tagged('m2'));
+    await driver.deleteMachine({ machine: machine('m1'), machineClass: cls(), secret });
+    expect(fake.terminated).to.deep.equal([i.InstanceId]);
+  });
+
+  it('ListMachines: cluster and role tag keys, live states, every page, instances without Name left out', async () => {
+    const { fake, driver } = setup();
+    fake.pageSize = 2;
+    const live = [
+      fake.add(tagged('a')),
+      fake.add(tagged('b')),
+      fake.add({ ...tagged('c'), State: { Name: 'stopped' } }),
+    ];
+    fake.add({ ...tagged('d'), State: { Name: 'terminated' } });
+    fake.add({
+      Tags: [
+        { Key: CLUSTER, Value: '1' },
+        { Key: 'kubernetes.io/role/YOUR_ROLE_NAME', Value: '1' },
+      ],
+    });
+    fake.add({
+      Tags: [
+        { Key: 'Name', Value: 'e' },
+        { Key: CLUSTER, Value: '1' },
+      ],
+    });
+    const r = await driver.listMachines({ machineClass: cls(), secret });
+    expect(r.machineList).to.deep.equal(
+      Object.fromEntries(live.map((i, n) => [`aws:///eu-west-1/${i.InstanceId ?? ''}`, ['a', 'b', 'c'][n]])),
+    );
+    const filters = fake.describes.at(-1)?.Filters;
+    expect(filters).to.deep.include({
+      Name: 'instance-state-name',
+      Values: ['pending', 'running', 'stopping', 'stopped'],
+    });
+    expect(fake.describes.length, 'paged').to.be.greaterThan(1);
+  });
+
+  it('GetVolumeIDs: in-tree awsElasticBlockStore and CSI ebs.csi.aws.com volumes, nothing else', async () => {
+    const { driver } = setup();
+    const r = await driver.getVolumeIDs({
+      pvSpecs: [
+        { awsElasticBlockStore: { volumeID: 'aws://eu-west-1a/vol-0a' } },
+        { awsElasticBlockStore: { volumeID: 'vol-0b' } },
+        { csi: { driver: 'ebs.csi.aws.com', volumeHandle: 'vol-0c' } },
+        { csi: { driver: 'efs.csi.aws.com', volumeHandle: 'fs-1' } },
+        { nfs: { server: 'x', path: '/' } },
+      ],
+    });
+    expect(r.volumeIDs).to.deep.equal(['vol-0a', 'vol-0b', 'vol-0c']);
+  });
+
+  it('parses providerIDs of the driver and of a kubelet', () => {
+    expect(parseProviderID('aws:///eu-west-1/i-0abc')).to.deep.equal({
+      location: 'eu-west-1',
+      instanceId: 'i-0abc',
+    });
+    expect(parseProviderID('aws:///eu-west-1a/i-0abc')).to.deep.equal({
+      location: 'eu-west-1a',
+      instanceId: 'i-0abc',
+    });
+    expect(parseProviderID('virtual://zone/m1')).to.be.undefined;
+    expect(parseProviderID('aws:///eu-west-1/vol-1')).to.be.undefined;
+  });
+});
