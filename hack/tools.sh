@@ -9,6 +9,7 @@
 #
 # Usage: hack/tools.sh [COMPONENT ...]   (default: all)
 #   all, test      etcd kube kwok helm cluster-autoscaler (every version) mcm-anchor moto
+#                  mcm-aws-anchor
 #   dev            etcd kube kwok and the newest cluster-autoscaler, moto (for --provider=aws)
 #   etcd | kube | kwok | helm
 #   moto           the EC2 emulator: a venv with moto[ec2,iam,server] (needs python3 >= 3.9 and
@@ -18,8 +19,8 @@
 #   mcm-anchor     gardener MCM and its provider machine-controller with our virtual-cloud driver:
 #                  `npm run bench scale`, and the tests of our manager beside gardener's provider
 #   mcm-aws-anchor gardener's AWS machine-controller (machine-controller-manager-provider-aws,
-#                  unchanged, from the release tarball in ../shared/third_party), for
-#                  `npm run bench aws` (not in all/test/dev)
+#                  unchanged, from the release tarball in ../shared/third_party): the test of our
+#                  manager beside gardener's AWS sidecar, and `npm run bench aws`
 #        hack/tools.sh --print-dir     print the cache directory and exit
 # Env:   MCM_TOOLS_DIR       cache directory (default: ${XDG_CACHE_HOME:-~/.cache}/mcm-ts/tools)
 #        MCM_CA_SOURCES_DIR  cluster-autoscaler source tarballs
@@ -539,7 +540,7 @@ for v in "${CA_ALL[@]}"; do CA_COMPONENTS+=("cluster-autoscaler-${v%.*}"); done
 components=()
 for arg in "${@:-all}"; do
   case "$arg" in
-    all | test) components+=(etcd kube kwok helm "${CA_COMPONENTS[@]}" mcm-anchor moto) ;;
+    all | test) components+=(etcd kube kwok helm "${CA_COMPONENTS[@]}" mcm-anchor moto mcm-aws-anchor) ;;
     dev) components+=(etcd kube kwok "$CA_NEWEST" moto) ;;
     etcd | kube | kwok | helm | mcm-anchor | mcm-aws-anchor | moto) components+=("$arg") ;;
     cluster-autoscaler) components+=("${CA_COMPONENTS[@]}") ;;

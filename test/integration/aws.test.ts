@@ -32,6 +32,7 @@ import {
   taggedInstances,
   type Ec2Cloud,
 } from '../harness/ec2cloud.js';
+import { FleetWatch } from './env/fleetwatch.js';
 import { LifecycleEnv, NS, phaseOf } from './env/lifecycle.js';
 import { until } from './env/until.js';
 
@@ -39,60 +40,6 @@ const isReady = (n: Node): boolean =>
   n.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
 
 const instanceIdOf = (providerID: string): string => providerID.slice(providerID.lastIndexOf('/') + 1);
-
-/**
- * Watches a deployment's machines and records the most that existed at once (terminating ones
- * included) and the fewest Running ones, at every state the API server reports.
- */
-class FleetWatch {
-  maxTotal = 0;
-  minRunning = Number.POSITIVE_INFINITY;
-  private readonly machines = new Map<string, Machine>();
-  private readonly abort = new AbortController();
-  private done: Promise<void> | undefined;
-
-  constructor(
-    private readonly env: LifecycleEnv,
-    private readonly app: string,
-  ) {}
-
-  async start(): Promise<void> {
-    const list = await this.env.client.list<Machine>(MachineResource, {
-      namespace: NS,
-      labelSelector: `app=${this.app}`,
-    });
-    for (const m of list.items) this.machines.set(m.metadata.name ?? '', m);
-    this.check();
-    const stream = await this.env.client.watch<Machine>(MachineResource, {
-      namespace: NS,
-      labelSelector: `app=${this.app}`,
-      resourceVersion: list.metadata.resourceVersion ?? '',
-      signal: this.abort.signal,
-    });
-    this.done = (async () => {
-      for await (const ev of stream) {
-        const name = ev.object.metadata.name ?? '';
-        if (ev.type === 'DELETED') this.machines.delete(name);
-        else if (ev.type === 'ADDED' || ev.type === 'MODIFIED') this.machines.set(name, ev.object);
-        this.check();
-      }
-    })().catch(() => undefined);
-  }
-
-  private check(): void {
-    const all = [...this.machines.values()];
-    this.maxTotal = Math.max(this.maxTotal, all.length);
-    this.minRunning = Math.min(
-      this.minRunning,
-      all.filter((m) => phaseOf(m) === MachinePhase.Running).length,
-    );
-  }
-
-  async stop(): Promise<void> {
-    this.abort.abort();
-    await this.done;
-  }
-}
 
 describe('AWS provider on the EC2 emulator (real kube-apiserver, kwok, moto)', function () {
   this.timeout(240_000);
