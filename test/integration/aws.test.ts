@@ -330,13 +330,13 @@ describe('AWS provider on the EC2 emulator (real kube-apiserver, kwok, moto)', f
 
   it('throttling bursts and 2 s latency: a 0→30 scale converges with no failed machine', async () => {
     await applySample('busy-mc');
-    // Bursts of RequestLimitExceeded: the first 6 calls, then 3 calls in every 40.
+    // Bursts of RequestLimitExceeded: the first 6 calls, then 3 calls in every 20.
     let seen = 0;
     let throttled = 0;
     proxy.rule({
       match: () => {
         seen++;
-        const throttle = seen <= 6 || seen % 40 < 3;
+        const throttle = seen <= 6 || seen % 20 < 3;
         if (throttle) throttled++;
         return throttle;
       },

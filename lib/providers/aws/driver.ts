@@ -36,6 +36,7 @@ import {
 } from './credentials.js';
 import { awsErrorInfo, INSTANCE_NOT_FOUND_CODES, launchFailure, toMachineError } from './errors.js';
 import { NAME_TAG, needsRootDeviceName, runInstancesInput } from './launch.js';
+import { InstanceLookup } from './lookup.js';
 import { parseAwsProviderSpec, type AwsProviderSpec } from './spec.js';
 
 export const AWS_PROVIDER = 'AWS';
@@ -127,8 +128,29 @@ function byLaunchTime(a: Instance, b: Instance): number {
   return t(a) - t(b) || (a.InstanceId ?? '').localeCompare(b.InstanceId ?? '');
 }
 
+/** Every instance matching the filters, all pages. */
+async function describeAll(
+  api: Ec2Api,
+  input: { Filters: Filter[] },
+  signal?: AbortSignal,
+): Promise<Instance[]> {
+  const out: Instance[] = [];
+  let NextToken: string | undefined;
+  do {
+    const page = await api.describeInstances(
+      { ...input, MaxResults: PAGE_SIZE, ...(NextToken === undefined ? {} : { NextToken }) },
+      signal,
+    );
+    for (const r of page.Reservations ?? []) out.push(...(r.Instances ?? []));
+    NextToken = page.NextToken === '' ? undefined : page.NextToken;
+  } while (NextToken !== undefined);
+  return out;
+}
+
 interface Prepared {
   api: Ec2Api;
+  /** The client's coalesced lookups by id and by Name tag. */
+  lookup: InstanceLookup;
   region: string;
   /** Secret values to keep out of messages. */
   secrets: string[];
@@ -145,7 +167,7 @@ export interface AwsDriverOptions {
 }
 
 export class AwsDriver implements Driver {
-  private readonly clients = new Map<string, Ec2Api>();
+  private readonly clients = new Map<string, { api: Ec2Api; lookup: InstanceLookup }>();
   private readonly ec2: Ec2ApiFactory;
   private readonly log: Logger;
   private readonly backoffMs: number;
@@ -181,7 +203,7 @@ export class AwsDriver implements Driver {
 
   /** Closes the clients (their sockets). */
   close(): void {
-    for (const c of this.clients.values()) c.destroy();
+    for (const c of this.clients.values()) c.api.destroy();
     this.clients.clear();
   }
 
@@ -205,12 +227,13 @@ export class AwsDriver implements Driver {
       );
     }
     const key = credentialsFingerprint(region, creds.credentials);
-    let api = this.clients.get(key);
-    if (api === undefined) {
-      api = this.ec2(region, creds.credentials);
-      this.clients.set(key, api);
+    let c = this.clients.get(key);
+    if (c === undefined) {
+      const api = this.ec2(region, creds.credentials);
+      c = { api, lookup: new InstanceLookup((Filters, signal) => describeAll(api, { Filters }, signal)) };
+      this.clients.set(key, c);
     }
-    return { api, region, secrets: secretValues(secret) };
+    return { api: c.api, lookup: c.lookup, region, secrets: secretValues(secret) };
   }
 
   private async call<T>(p: Prepared, operation: string, fn: () => Promise<T>): Promise<T> {
@@ -221,41 +244,10 @@ export class AwsDriver implements Driver {
     }
   }
 
-  /** All instances matching filters, every page. */
-  private async describe(
-    p: Prepared,
-    input: { Filters?: Filter[]; InstanceIds?: string[] },
-    signal?: AbortSignal,
-  ): Promise<Instance[]> {
-    const out: Instance[] = [];
-    let NextToken: string | undefined;
-    do {
-      const page = await this.call(p, 'DescribeInstances', () =>
-        p.api.describeInstances(
-          {
-            ...input,
-            ...(input.InstanceIds === undefined ? { MaxResults: PAGE_SIZE } : {}),
-            ...(NextToken === undefined ? {} : { NextToken }),
-          },
-          signal,
-        ),
-      );
-      for (const r of page.Reservations ?? []) out.push(...(r.Instances ?? []));
-      NextToken = page.NextToken === '' ? undefined : page.NextToken;
-    } while (NextToken !== undefined);
-    return out;
-  }
-
   /** The instance of an id, undefined when EC2 does not know it or it is terminated. */
   private async byId(p: Prepared, instanceId: string, signal?: AbortSignal): Promise<Instance | undefined> {
-    try {
-      const found = await p.api.describeInstances({ InstanceIds: [instanceId] }, signal);
-      const i = (found.Reservations ?? []).flatMap((r) => r.Instances ?? [])[0];
-      return i === undefined || isGone(i) ? undefined : i;
-    } catch (err) {
-      if (INSTANCE_NOT_FOUND_CODES.has(awsErrorInfo(err).code)) return undefined;
-      throw toMachineError(err, 'DescribeInstances', p.secrets);
-    }
+    const i = await this.call(p, 'DescribeInstances', () => p.lookup.byId(instanceId, signal));
+    return i === undefined || isGone(i) ? undefined : i;
   }
 
   /** The live instances tagged as the machine's (Name tag and the class's cluster tag), oldest first. */
@@ -265,16 +257,8 @@ export class AwsDriver implements Driver {
     machineName: string,
     signal?: AbortSignal,
   ): Promise<Instance[]> {
-    const found = await this.describe(
-      p,
-      {
-        Filters: [
-          { Name: `tag:${NAME_TAG}`, Values: [machineName] },
-          { Name: 'tag-key', Values: [spec.clusterTag] },
-          { Name: 'instance-state-name', Values: LIVE_STATES },
-        ],
-      },
-      signal,
+    const found = await this.call(p, 'DescribeInstances', () =>
+      p.lookup.byName(NAME_TAG, machineName, spec.clusterTag, LIVE_STATES, signal),
     );
     return found.filter((i) => !isGone(i)).sort(byLaunchTime);
   }
@@ -509,16 +493,18 @@ export class AwsDriver implements Driver {
   async listMachines(req: ListMachinesRequest, signal?: AbortSignal): Promise<ListMachinesResponse> {
     const spec = this.spec(req);
     const p = this.client(spec.region, req.secret, req.machineClass.metadata.name ?? '');
-    const instances = await this.describe(
-      p,
-      {
-        Filters: [
-          { Name: 'tag-key', Values: [spec.clusterTag] },
-          { Name: 'tag-key', Values: [spec.roleTag] },
-          { Name: 'instance-state-name', Values: LIVE_STATES },
-        ],
-      },
-      signal,
+    const instances = await this.call(p, 'DescribeInstances', () =>
+      describeAll(
+        p.api,
+        {
+          Filters: [
+            { Name: 'tag-key', Values: [spec.clusterTag] },
+            { Name: 'tag-key', Values: [spec.roleTag] },
+            { Name: 'instance-state-name', Values: LIVE_STATES },
+          ],
+        },
+        signal,
+      ),
     );
     const machineList: Record<string, string> = {};
     for (const i of instances) {

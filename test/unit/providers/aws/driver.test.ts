@@ -77,6 +77,7 @@ class FakeEc2 implements Ec2Api {
         const values = f.Values ?? [];
         if (f.Name === 'tag-key') return i.Tags?.some((t) => values.includes(t.Key ?? ''));
         if (f.Name === 'instance-state-name') return values.includes(i.State?.Name ?? '');
+        if (f.Name === 'instance-id') return values.includes(i.InstanceId ?? '');
         if (f.Name?.startsWith('tag:') === true) {
           return i.Tags?.some((t) => t.Key === f.Name?.slice(4) && values.includes(t.Value ?? ''));
         }
@@ -294,7 +295,8 @@ describe('AWS provider: driver behaviour (fake EC2)', () => {
     const pid = `aws:///eu-west-1/${i.InstanceId ?? ''}`;
     const r = await driver.getMachineStatus({ machine: machine('m1', pid), machineClass: cls(), secret });
     expect(r.nodeName).to.equal(i.PrivateDnsName);
-    expect(fake.describes.at(-1)?.InstanceIds).to.deep.equal([i.InstanceId]);
+    // By the instance-id filter, not InstanceIds: an unknown id must not fail a coalesced lookup.
+    expect(fake.describes.at(-1)?.Filters).to.deep.equal([{ Name: 'instance-id', Values: [i.InstanceId] }]);
     i.State = { Name: 'shutting-down' };
     expect(
       await codeOf(driver.getMachineStatus({ machine: machine('m1', pid), machineClass: cls(), secret })),

@@ -1,0 +1,179 @@
+// Coalesced instance lookups of one EC2 client. A burst of machines (a scale-up of hundreds) would
+// otherwise make one DescribeInstances per machine, and EC2 throttles DescribeInstances per account
+// long before it throttles RunInstances. Here a lookup goes out at once when none of its kind is in
+// flight; lookups that arrive while one is in flight wait for it and then go out together, by the
+// `instance-id` or `tag:Name` filter with up to MAX_FILTER_VALUES values. No lookup waits longer
+// than one call; a quiet driver makes exactly the calls it did before.
+//
+// Filters, not InstanceIds: EC2 fails a whole call with InvalidInstanceID.NotFound when one of the
+// ids is unknown, while a filter just leaves it out.
+
+import type { Filter, Instance } from '@aws-sdk/client-ec2';
+
+/** EC2 refuses a DescribeInstances with more filter values than this, all filters counted. */
+export const MAX_FILTER_VALUES = 200;
+
+/** Runs one DescribeInstances with these filters (every page) and returns its instances. */
+export type DescribeFn = (filters: Filter[], signal: AbortSignal) => Promise<Instance[]>;
+
+interface Waiter {
+  value: string;
+  resolve: (found: Instance[]) => void;
+  reject: (err: unknown) => void;
+  signal: AbortSignal | undefined;
+}
+
+/** One kind of lookup: its filter, the values waiting for the next call, whether one is out. */
+interface Queue {
+  /** The filters of a call for these values. */
+  filters: (values: string[]) => Filter[];
+  /** Which of the requested values an instance answers. */
+  keyOf: (i: Instance) => string | undefined;
+  /** Values per call, within MAX_FILTER_VALUES with the fixed filters counted. */
+  maxValues: number;
+  waiting: Waiter[];
+  busy: boolean;
+}
+
+/** What a cancelled lookup rejects with: an AbortError, as the SDK's own cancelled calls. */
+function aborted(): Error {
+  const err = new Error('the lookup was cancelled');
+  err.name = 'AbortError';
+  return err;
+}
+
+export class InstanceLookup {
+  private readonly queues = new Map<string, Queue>();
+  /** Calls made (tests and metrics read it). */
+  calls = 0;
+
+  constructor(private readonly describe: DescribeFn) {}
+
+  /** The instance of an id (in any state), or undefined when EC2 lists none. */
+  async byId(instanceId: string, signal?: AbortSignal): Promise<Instance | undefined> {
+    const found = await this.enqueue(
+      'id',
+      () => ({
+        filters: (values) => [{ Name: 'instance-id', Values: values }],
+        keyOf: (i) => i.InstanceId,
+        maxValues: MAX_FILTER_VALUES,
+      }),
+      instanceId,
+      signal,
+    );
+    return found[0];
+  }
+
+  /**
+   * The instances whose `Name` tag is name, that carry the cluster tag key and are in one of the
+   * states; machines of one cluster tag and state set share calls.
+   */
+  byName(
+    nameTag: string,
+    name: string,
+    clusterTag: string,
+    states: readonly string[],
+    signal?: AbortSignal,
+  ): Promise<Instance[]> {
+    return this.enqueue(
+      `name\u0000${clusterTag}\u0000${states.join(',')}`,
+      () => ({
+        filters: (values) => [
+          { Name: `tag:${nameTag}`, Values: values },
+          { Name: 'tag-key', Values: [clusterTag] },
+          { Name: 'instance-state-name', Values: [...states] },
+        ],
+        keyOf: (i) => i.Tags?.find((t) => t.Key === nameTag)?.Value,
+        maxValues: MAX_FILTER_VALUES - 1 - states.length,
+      }),
+      name,
+      signal,
+    );
+  }
+
+  private enqueue(
+    key: string,
+    make: () => Pick<Queue, 'filters' | 'keyOf' | 'maxValues'>,
+    value: string,
+    signal: AbortSignal | undefined,
+  ): Promise<Instance[]> {
+    if (signal?.aborted === true) return Promise.reject(aborted());
+    let q = this.queues.get(key);
+    if (q === undefined) {
+      q = { ...make(), waiting: [], busy: false };
+      this.queues.set(key, q);
+    }
+    const queue = q;
+    return new Promise<Instance[]>((resolve, reject) => {
+      const waiter: Waiter = { value, resolve, reject, signal };
+      if (signal !== undefined) {
+        const onAbort = (): void => {
+          // Still waiting for a call: leave the queue. In a call: the call goes on for the others
+          // (and is cancelled once every caller in it has gone).
+          const at = queue.waiting.indexOf(waiter);
+          if (at >= 0) queue.waiting.splice(at, 1);
+          reject(aborted());
+        };
+        signal.addEventListener('abort', onAbort, { once: true });
+        const settle =
+          <T>(fn: (v: T) => void) =>
+          (v: T) => {
+            signal.removeEventListener('abort', onAbort);
+            fn(v);
+          };
+        waiter.resolve = settle(resolve);
+        waiter.reject = settle(reject);
+      }
+      queue.waiting.push(waiter);
+      if (!queue.busy) this.flush(queue);
+    });
+  }
+
+  private flush(queue: Queue): void {
+    // Callers in this call: the first maxValues distinct values waiting.
+    const values: string[] = [];
+    const batch: Waiter[] = [];
+    const rest: Waiter[] = [];
+    for (const w of queue.waiting) {
+      if (values.includes(w.value)) batch.push(w);
+      else if (values.length < queue.maxValues) {
+        values.push(w.value);
+        batch.push(w);
+      } else rest.push(w);
+    }
+    queue.waiting = rest;
+    if (batch.length === 0) return;
+    queue.busy = true;
+    this.calls++;
+    // The call is cancelled once every caller in it has been cancelled, not before.
+    const controller = new AbortController();
+    const signals = batch.flatMap((w) => (w.signal === undefined ? [] : [w.signal]));
+    const allGone = (): void => {
+      if (signals.every((s) => s.aborted)) controller.abort();
+    };
+    const watching = signals.length === batch.length;
+    if (watching) for (const s of signals) s.addEventListener('abort', allGone);
+    void this.describe(queue.filters(values), controller.signal)
+      .then(
+        (instances) => {
+          const byKey = new Map<string, Instance[]>();
+          for (const i of instances) {
+            const k = queue.keyOf(i);
+            if (k === undefined) continue;
+            const list = byKey.get(k);
+            if (list === undefined) byKey.set(k, [i]);
+            else list.push(i);
+          }
+          for (const w of batch) w.resolve(byKey.get(w.value) ?? []);
+        },
+        (err: unknown) => {
+          for (const w of batch) w.reject(err);
+        },
+      )
+      .finally(() => {
+        if (watching) for (const s of signals) s.removeEventListener('abort', allGone);
+        queue.busy = false;
+        if (queue.waiting.length > 0) this.flush(queue);
+      });
+  }
+}
