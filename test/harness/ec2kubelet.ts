@@ -11,6 +11,7 @@ import type { KubeApi } from '../../lib/kube/client.js';
 import { CoreResources } from '../../lib/kube/resources.js';
 import type { Node } from '../../lib/kube/types.js';
 import { KWOK_NODE_ANNOTATION, KWOK_NODE_ANNOTATION_VALUE } from './controlplane.js';
+import type { Ec2FaultProxy } from './ec2proxy.js';
 
 /** Marks the Nodes this simulator registered (it removes no other Node). */
 export const SIMULATED_NODE_LABEL = 'ec2-kubelet.mcm-ts.io/simulated';
@@ -36,7 +37,37 @@ export interface Ec2KubeletOptions {
   bootDelayMs?: number;
 }
 
-function nodeOf(i: Instance, region: string, capacity: Record<string, string>): Node {
+/** The fields of a started instance a Node needs, as an EC2 answer carries them. */
+export interface LaunchedInstance {
+  InstanceId?: string | undefined;
+  PrivateDnsName?: string | undefined;
+  PrivateIpAddress?: string | undefined;
+  InstanceType?: string | undefined;
+  Placement?: { AvailabilityZone?: string | undefined } | undefined;
+}
+
+const field = (xml: string, tag: string): string | undefined =>
+  new RegExp(`<${tag}>([^<]*)</${tag}>`).exec(xml)?.[1];
+
+/** The instances of a RunInstances answer (EC2's XML), each from its instanceId on. */
+export function launchedInstances(xml: string): LaunchedInstance[] {
+  return xml
+    .split('<instanceId>')
+    .slice(1)
+    .map((part) => {
+      const rest = `<instanceId>${part}`;
+      return {
+        InstanceId: field(rest, 'instanceId'),
+        PrivateDnsName: field(rest, 'privateDnsName'),
+        PrivateIpAddress: field(rest, 'privateIpAddress'),
+        InstanceType: field(rest, 'instanceType'),
+        Placement: { AvailabilityZone: field(rest, 'availabilityZone') },
+      };
+    })
+    .filter((i) => (i.InstanceId ?? '') !== '' && (i.PrivateDnsName ?? '') !== '');
+}
+
+function nodeOf(i: LaunchedInstance, region: string, capacity: Record<string, string>): Node {
   const name = i.PrivateDnsName ?? '';
   const zone = i.Placement?.AvailabilityZone ?? '';
   return {
@@ -77,6 +108,12 @@ export class Ec2KubeletSimulator {
   readonly removed = new Set<string>();
   /** When each running instance was first seen, by id. */
   private readonly firstSeen = new Map<string, number>();
+  /** Boots under way of instances learnt from the proxy. */
+  private readonly boots = new Set<NodeJS.Timeout>();
+  /** Instances terminated through the proxy (their Nodes are removed, never registered). */
+  private readonly gone = new Set<string>();
+  /** Node names of the instances started through the proxy, by id. */
+  private readonly names = new Map<string, string>();
   lastError: unknown;
 
   constructor(private readonly opts: Ec2KubeletOptions) {
@@ -111,7 +148,60 @@ export class Ec2KubeletSimulator {
     })();
   }
 
+  /**
+   * Fed from the EC2 proxy's answers (see watch()): an instance just started boots and registers
+   * its Node after the boot delay, as its kubelet would, with no DescribeInstances at all.
+   */
+  launched(instances: LaunchedInstance[]): void {
+    const capacity = this.opts.capacity ?? { cpu: '2', memory: '8Gi', pods: '110' };
+    for (const i of instances) {
+      this.names.set(i.InstanceId ?? '', i.PrivateDnsName ?? '');
+      const timer = setTimeout(() => {
+        this.boots.delete(timer);
+        if (this.abort.signal.aborted || this.gone.has(i.InstanceId ?? '')) return;
+        const offers = this.opts.capacityByType?.[i.InstanceType ?? ''] ?? capacity;
+        this.opts.client.create<Node>(CoreResources.nodes, nodeOf(i, this.opts.region, offers)).then(
+          () => this.registered.add(i.PrivateDnsName ?? ''),
+          (err: unknown) => {
+            if (!(err instanceof AlreadyExistsError)) this.lastError = err;
+          },
+        );
+      }, this.opts.bootDelayMs ?? 0);
+      this.boots.add(timer);
+    }
+  }
+
+  /** Fed from the EC2 proxy's TerminateInstances calls: their Nodes go at once. */
+  terminated(instanceIds: string[]): void {
+    for (const id of instanceIds) {
+      this.gone.add(id);
+      const name = this.names.get(id);
+      if (name === undefined) continue; // not started through the proxy: the next poll sees it
+      this.names.delete(id);
+      this.opts.client.delete(CoreResources.nodes, name).then(
+        () => this.removed.add(name),
+        (err: unknown) => {
+          if (!(err instanceof NotFoundError)) this.lastError = err;
+        },
+      );
+    }
+  }
+
+  /** Learns of started and terminated instances from a proxy's answers (both sides alike). */
+  watch(proxy: { onAnswer: Ec2FaultProxy['onAnswer'] }): void {
+    proxy.onAnswer = (action, params, status, body) => {
+      if (status !== 200) return;
+      if (action === 'RunInstances') this.launched(launchedInstances(body.toString('utf8')));
+      if (action === 'TerminateInstances') {
+        const ids = [...params.entries()].filter(([k]) => k.startsWith('InstanceId.')).map(([, v]) => v);
+        this.terminated(ids);
+      }
+    };
+  }
+
   async stop(): Promise<void> {
+    for (const t of this.boots) clearTimeout(t);
+    this.boots.clear();
     this.abort.abort();
     await this.loop;
     this.lastError = undefined;
@@ -138,10 +228,12 @@ export class Ec2KubeletSimulator {
   /** One pass: register the Nodes of running instances, remove those of instances that are gone. */
   async syncOnce(): Promise<void> {
     const capacity = this.opts.capacity ?? { cpu: '2', memory: '8Gi', pods: '110' };
-    const running = (await this.instances()).filter(
-      (i) => i.State?.Name === 'running' && (i.PrivateDnsName ?? '') !== '',
+    const all = await this.instances();
+    const running = all.filter((i) => i.State?.Name === 'running' && (i.PrivateDnsName ?? '') !== '');
+    // A Node goes once its instance is neither running nor about to.
+    const live = new Set(
+      all.filter((i) => ['pending', 'running'].includes(i.State?.Name ?? '')).map((i) => i.InstanceId ?? ''),
     );
-    const live = new Set(running.map((i) => i.InstanceId ?? ''));
     const nodes = (
       await this.opts.client.list<Node>(CoreResources.nodes, {
         labelSelector: `${SIMULATED_NODE_LABEL}=true`,

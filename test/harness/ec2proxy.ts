@@ -37,6 +37,11 @@ export class Ec2FaultProxy {
   /** Requests a rule applied to, by action. */
   readonly faulted = new Map<string, number>();
   endpoint = '';
+  /**
+   * Sees every call the emulator executed and its answer (also when the answer is then dropped):
+   * the kubelet simulator learns of started instances here instead of polling EC2.
+   */
+  onAnswer: ((action: string, params: URLSearchParams, status: number, body: Buffer) => void) | undefined;
 
   constructor(private readonly upstream: string) {}
 
@@ -117,6 +122,7 @@ export class Ec2FaultProxy {
         const out: Buffer[] = [];
         upRes.on('data', (c: Buffer) => out.push(c));
         upRes.on('end', () => {
+          this.onAnswer?.(action, params, upRes.statusCode ?? 0, Buffer.concat(out));
           if (rule?.dropAnswer === true) {
             req.socket.destroy();
             return;

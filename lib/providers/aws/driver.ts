@@ -172,8 +172,11 @@ export class AwsDriver implements Driver {
   private readonly log: Logger;
   private readonly backoffMs: number;
   private readonly now: () => number;
-  /** Root device names by `<region>/<ami>` (an image's never changes): one DescribeImages per AMI. */
-  private readonly rootDevices = new Map<string, string>();
+  /**
+   * Root device names by `<region>/<ami>` (an image's never changes): one DescribeImages per AMI,
+   * shared by the creates that need it while it is under way; a failed one is not kept.
+   */
+  private readonly rootDevices = new Map<string, Promise<string | undefined>>();
   /** When a lookup by tags last found no instance for a machine, by machine UID (see FRESH_ABSENCE_MS). */
   private readonly absentAt = new Map<string, number>();
 
@@ -325,18 +328,20 @@ export class AwsDriver implements Driver {
     }
 
     const imageKey = `${spec.region}/${spec.ami}`;
-    let rootDeviceName = this.rootDevices.get(imageKey);
-    if (rootDeviceName === undefined && needsRootDeviceName(spec)) {
-      const images = await this.call(p, 'DescribeImages', () =>
-        p.api.describeImages({ ImageIds: [spec.ami] }, signal),
-      );
-      const image = images.Images?.[0];
-      if (image === undefined) {
-        throw new MachineError('InvalidArgument', `AWS DescribeImages: image ${spec.ami} not found`);
+    let rootDeviceName: string | undefined;
+    if (needsRootDeviceName(spec)) {
+      let pending = this.rootDevices.get(imageKey);
+      if (pending === undefined) {
+        pending = this.rootDeviceOf(p, spec.ami, signal);
+        this.rootDevices.set(imageKey, pending);
+        pending.then(
+          (name) => {
+            if (name === undefined || name === '') this.rootDevices.delete(imageKey);
+          },
+          () => this.rootDevices.delete(imageKey),
+        );
       }
-      rootDeviceName = image.RootDeviceName;
-      if (rootDeviceName !== undefined && rootDeviceName !== '')
-        this.rootDevices.set(imageKey, rootDeviceName);
+      rootDeviceName = await pending;
     }
     let input: RunInstancesCommandInput;
     try {
@@ -356,6 +361,18 @@ export class AwsDriver implements Driver {
     const instance = await this.launch(p, spec, name, input, signal);
     this.log.verbose('started EC2 instance', { machine: name, instance: instance.InstanceId });
     return this.response(spec.region, instance);
+  }
+
+  /** The root device name of an image (DescribeImages). */
+  private async rootDeviceOf(p: Prepared, ami: string, signal?: AbortSignal): Promise<string | undefined> {
+    const images = await this.call(p, 'DescribeImages', () =>
+      p.api.describeImages({ ImageIds: [ami] }, signal),
+    );
+    const image = images.Images?.[0];
+    if (image === undefined) {
+      throw new MachineError('InvalidArgument', `AWS DescribeImages: image ${ami} not found`);
+    }
+    return image.RootDeviceName;
   }
 
   /**

@@ -225,6 +225,28 @@ describe('AWS provider: driver behaviour (fake EC2)', () => {
     expect(fake.runs).to.have.length(2);
   });
 
+  it('concurrent creates share their lookups and one DescribeImages, and each gets its own instance', async () => {
+    const { fake, driver } = setup();
+    const describeImages = fake.describeImages.bind(fake);
+    let images = 0;
+    fake.describeImages = () => {
+      images++;
+      return describeImages();
+    };
+    const names = Array.from({ length: 12 }, (_, k) => `burst-${String(k)}`);
+    const answers = await Promise.all(
+      names.map((n) => driver.createMachine({ machine: machine(n), machineClass: cls(), secret })),
+    );
+    expect(images, 'one DescribeImages for the burst').to.equal(1);
+    expect(fake.describes.length, 'lookups by Name coalesced').to.be.at.most(2);
+    expect(fake.runs).to.have.length(12);
+    const nameOf = (providerID: string): string | undefined =>
+      fake.instances
+        .find((i) => providerID.endsWith(`/${i.InstanceId ?? ''}`))
+        ?.Tags?.find((t) => t.Key === 'Name')?.Value;
+    expect(answers.map((a) => nameOf(a.providerID))).to.deep.equal(names);
+  });
+
   it('retries a throttled RunInstances; a capacity error fails at once as ResourceExhausted', async () => {
     const { fake, driver } = setup();
     fake.beforeRun = (n) => {
