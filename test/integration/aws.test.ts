@@ -1,3 +1,7 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+
 import { expect } from 'chai';
 
 import {
@@ -49,6 +53,9 @@ describe('AWS provider on the EC2 emulator (real kube-apiserver, kwok, moto)', f
   let cloud: Ec2Cloud;
   let kubelet: Ec2KubeletSimulator;
   const savedEndpoint = process.env.AWS_ENDPOINT_URL_EC2;
+  const savedStsEndpoint = process.env.AWS_ENDPOINT_URL_STS;
+  /** Where the web identity test's token file lies. */
+  const tokenDir = mkdtempSync(path.join(tmpdir(), 'aws-web-identity-'));
 
   before(async () => {
     moto = await startMoto();
@@ -56,6 +63,8 @@ describe('AWS provider on the EC2 emulator (real kube-apiserver, kwok, moto)', f
     // The SDK's standard variable: the manager's driver reaches the emulator (through the fault
     // proxy) with no flag of ours.
     process.env.AWS_ENDPOINT_URL_EC2 = await proxy.start();
+    // The STS call of a web identity goes the same way (the SDK's per-service variable).
+    process.env.AWS_ENDPOINT_URL_STS = proxy.endpoint;
     env = await LifecycleEnv.start({ kwok: true });
     await env.startManager({ machineSafetyOrphanVmsPeriodMs: 3_000 });
   });
@@ -66,6 +75,9 @@ describe('AWS provider on the EC2 emulator (real kube-apiserver, kwok, moto)', f
     await moto.stop();
     if (savedEndpoint === undefined) delete process.env.AWS_ENDPOINT_URL_EC2;
     else process.env.AWS_ENDPOINT_URL_EC2 = savedEndpoint;
+    if (savedStsEndpoint === undefined) delete process.env.AWS_ENDPOINT_URL_STS;
+    else process.env.AWS_ENDPOINT_URL_STS = savedStsEndpoint;
+    rmSync(tokenDir, { recursive: true, force: true });
   });
 
   beforeEach(async () => {
@@ -215,6 +227,44 @@ describe('AWS provider on the EC2 emulator (real kube-apiserver, kwok, moto)', f
     expect(live.sort()).to.deep.equal(replaced.map((m) => instanceIdOf(m.spec?.providerID ?? '')).sort());
     await removeDeployment('replace');
     expect(await liveInstances()).to.deep.equal([]);
+  });
+
+  it('a Secret with workloadIdentityTokenFile and roleARN: the role is assumed with the token and the machine runs, no token in its status', async () => {
+    const token = 'eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJzeXN0ZW06c2VydmljZWFjY291bnQ6bWNtIn0.c2lnbmVk';
+    const tokenFile = path.join(tokenDir, 'token');
+    writeFileSync(tokenFile, token);
+    const role = 'arn:aws:iam::123456789012:role/machine-controller-manager';
+    const assumed: { token: string | null; role: string | null }[] = [];
+    proxy.rule({
+      action: 'AssumeRoleWithWebIdentity',
+      match: (params) => {
+        assumed.push({ token: params.get('WebIdentityToken'), role: params.get('RoleArn') });
+        return false;
+      },
+    });
+    await applySample('wi-mc');
+    await env.client.patch<Secret>(
+      CoreResources.secrets,
+      'wi-mc-secret',
+      {
+        data: {
+          providerAccessKeyId: null,
+          providerSecretAccessKey: null,
+          workloadIdentityTokenFile: Buffer.from(tokenFile).toString('base64'),
+          roleARN: Buffer.from(role).toString('base64'),
+        },
+      },
+      { type: 'merge', namespace: NS },
+    );
+    await env.createDeployment('wi', 1, 'wi-mc');
+    const [m] = await until('1 Running machine', () => runningFleet('wi', 1), 180_000);
+    expect(assumed.length, 'AssumeRoleWithWebIdentity sent').to.be.at.least(1);
+    expect(assumed[0]).to.deep.equal({ token, role });
+    expect(JSON.stringify(m?.status ?? {})).to.not.include(token);
+    expect((await liveInstances()).map((i) => i.InstanceId)).to.deep.equal([
+      instanceIdOf(m?.spec?.providerID ?? ''),
+    ]);
+    await removeDeployment('wi');
   });
 
   it('an instance with the cluster and role tags and no machine is terminated by orphan collection', async () => {

@@ -150,6 +150,7 @@ describe('Helm chart charts/machine-controller-manager', function () {
         'replicaCount=2,podDisruptionBudget.enabled=true,metrics.serviceMonitor.enabled=true,' +
           'metrics.prometheusRule.enabled=true,tls.certManager.enabled=true,' +
           'machineController.sidecar.enabled=true,machineController.sidecar.image=provider:v1,' +
+          'workloadIdentity.enabled=true,' +
           'grpc.nodeGroups[0].name=workers,grpc.nodeGroups[0].min=1,grpc.nodeGroups[0].max=5',
       ]);
       expect(all.code, all.stdout + all.stderr).to.equal(0);
@@ -267,6 +268,45 @@ describe('Helm chart charts/machine-controller-manager', function () {
       const d = findDoc(parseManifests(one.stdout), 'Deployment');
       expect((d.spec as { strategy: { type: string } }).strategy.type).to.equal('Recreate');
       expect(container(d).args).to.include('--leader-elect=false');
+    });
+
+    it('mounts a projected ServiceAccount token for workload identity only when asked: read-only in the manager and the sidecar, with its audience and lifetime', async () => {
+      const tokenVolume = (d: K8sDoc): unknown =>
+        podSpec(d).volumes.find((v) => v.name === 'workload-identity');
+      const plain = findDoc(parseManifests(await helm.template(RELEASE, NS, [])), 'Deployment');
+      expect(tokenVolume(plain), 'no token by default').to.equal(undefined);
+      const manifest = await helm.template(RELEASE, NS, [
+        '--set',
+        'workloadIdentity.enabled=true,workloadIdentity.audience=sts.example,workloadIdentity.expirationSeconds=7200,' +
+          'machineController.sidecar.enabled=true,machineController.sidecar.image=provider:v1',
+      ]);
+      const d = findDoc(parseManifests(manifest), 'Deployment');
+      expect(tokenVolume(d)).to.deep.include({
+        projected: {
+          // 0440 in the manifest: octal to the API server's YAML, decimal to the parser here.
+          defaultMode: 440,
+          sources: [
+            { serviceAccountToken: { path: 'token', audience: 'sts.example', expirationSeconds: 7200 } },
+          ],
+        },
+      });
+      expect(manifest).to.match(/- name: workload-identity\n\s+projected:\n\s+defaultMode: 0440\n/);
+      for (const c of podSpec(d).containers) {
+        expect(c.volumeMounts).to.deep.include({
+          name: 'workload-identity',
+          mountPath: '/var/run/secrets/mcm/workload-identity',
+          readOnly: true,
+        });
+      }
+      const bad = await helm.run([
+        'template',
+        RELEASE,
+        CHART_DIR,
+        '--set',
+        'workloadIdentity.enabled=true,workloadIdentity.mountPath=relative/dir',
+      ]);
+      expect(bad.code).to.not.equal(0);
+      expect(bad.stderr).to.include('mountPath');
     });
 
     it('runs a gardener provider as a sidecar: the manager without the machine controller, the sidecar with its own flags and Lease, RBAC for both', async () => {
@@ -663,7 +703,7 @@ describe('Helm chart charts/machine-controller-manager', function () {
           'machineController.sidecar.enabled=true,' +
             'machineController.sidecar.image=registry.example/machine-controller-manager-provider-aws:v0.28.0,' +
             'machineController.sidecar.env[0].name=AWS_ENDPOINT_URL_EC2,' +
-            'machineController.sidecar.env[0].value=http://ec2.internal:5000',
+            'machineController.sidecar.env[0].value=http://ec2.internal:5000,workloadIdentity.enabled=true',
         ],
       ];
       for (const v of variants) {
