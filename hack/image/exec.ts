@@ -58,6 +58,9 @@ export async function step(
       child.on('close', (c) => {
         resolve(c ?? -1);
       });
+      // A command that exits without reading its input closes the pipe under our write (EPIPE):
+      // its exit code and output are what count, not that error.
+      child.stdin.on('error', () => undefined);
       child.stdin.end(opts.stdin ?? '');
     });
     await new Promise<void>((resolve) => out.end(resolve));

@@ -428,6 +428,9 @@ class HarnessControlPlane implements ControlPlane {
         clearTimeout(timer);
         resolve({ code: code ?? -1, stdout, stderr });
       });
+      // A command that exits without reading its input closes the pipe under our write (EPIPE):
+      // its exit code and output are what count, not that error.
+      child.stdin.on('error', () => undefined);
       child.stdin.end(opts.stdin ?? '');
     });
   }
