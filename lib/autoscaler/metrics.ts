@@ -49,3 +49,28 @@ export function autoscalerMetrics(registry: Registry): AutoscalerMetrics {
   }
   return m;
 }
+
+/** Records one method's calls; label sets are bound once, not built per call. */
+export interface CallRecorder {
+  record(code: string, seconds: number): void;
+}
+
+export function callRecorder(metrics: AutoscalerMetrics, method: string): CallRecorder {
+  const duration = metrics.duration.labels({ method });
+  const ok = metrics.requests.labels({ method, code: 'OK' });
+  const others = new Map<string, { inc: () => void }>();
+  return {
+    record(code, seconds) {
+      if (code === 'OK') ok.inc();
+      else {
+        let c = others.get(code);
+        if (c === undefined) {
+          c = metrics.requests.labels({ method, code });
+          others.set(code, c);
+        }
+        c.inc();
+      }
+      duration.observe(seconds);
+    },
+  };
+}
