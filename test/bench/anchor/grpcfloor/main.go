@@ -11,8 +11,10 @@
 // one does too, so the autoscaler makes the same calls against both.
 //
 // Usage: autoscaler-floor --address=127.0.0.1:0 --groups=100 --per-group=50
-// It prints "listening on HOST:PORT" once serving; on SIGTERM or SIGINT it prints one line
-// "calls METHOD N" per method called and its CPU time, then exits.
+// It prints "listening on HOST:PORT" once serving. On SIGUSR1 it prints one line
+// "stats cpu_us=CPU METHOD=CALLS ..." (its CPU time so far and the calls served by method, from
+// the start), so that a benchmark can take the difference over a window; SIGTERM or SIGINT print
+// the same line and stop it.
 package main
 
 import (
@@ -340,24 +342,30 @@ func main() {
 	srv := grpc.NewServer(grpc.ForceServerCodec(passThrough{}))
 	srv.RegisterService(&desc, struct{}{})
 	fmt.Printf("listening on %s\n", lis.Addr())
-	stop := make(chan os.Signal, 1)
-	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
+	stats := func() {
+		line := "stats"
+		var ru syscall.Rusage
+		if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
+			line += fmt.Sprintf(" cpu_us=%d", (ru.Utime.Nano()+ru.Stime.Nano())/1e3)
+		}
+		for i, name := range names {
+			line += fmt.Sprintf(" %s=%d", name, counts[i].Load())
+		}
+		fmt.Println(line)
+	}
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, syscall.SIGUSR1, syscall.SIGTERM, syscall.SIGINT)
 	go func() {
-		<-stop
-		srv.Stop()
+		for sig := range signals {
+			stats()
+			if sig != syscall.SIGUSR1 {
+				srv.Stop()
+				return
+			}
+		}
 	}()
 	if err := srv.Serve(lis); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
-	}
-	for i, name := range names {
-		if n := counts[i].Load(); n > 0 {
-			fmt.Printf("calls %s %d\n", name, n)
-		}
-	}
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
-		cpu := ru.Utime.Nano() + ru.Stime.Nano()
-		fmt.Printf("cpu_ms %d\n", cpu/1e6)
 	}
 }
