@@ -265,6 +265,19 @@ async function startFloor(
   return { address, sample, stop: () => proc.stop() };
 }
 
+/** Several windows as one: loops and calls added up, the mean loop weighted by loops. */
+function merged(windows: LoopWindow[]): LoopWindow {
+  const loops = windows.reduce((a, w) => a + w.loops, 0);
+  const calls = new Map<string, number>();
+  for (const w of windows) for (const [m, n] of w.calls) calls.set(m, (calls.get(m) ?? 0) + n);
+  return {
+    loops,
+    meanLoopMs: loops === 0 ? 0 : windows.reduce((a, w) => a + w.meanLoopMs * w.loops, 0) / loops,
+    calls,
+    cpuMs: windows.reduce((a, w) => a + w.cpuMs, 0),
+  };
+}
+
 function sum(m: Map<string, number>): number {
   return [...m.values()].reduce((a, b) => a + b, 0);
 }
@@ -283,34 +296,46 @@ async function compareLoops(opts: {
 }): Promise<void> {
   const { cp, registry, version, groups, perGroup } = opts;
   const total = groups * perGroup;
-  const loops = Number(process.env.BENCH_CA_LOOPS ?? 5);
+  const loops = Number(process.env.BENCH_CA_LOOPS ?? 3);
   const profileDir = process.env.MCM_BENCH_CPU_PROFILE;
-  const ours = await measureLoops({
-    cp,
-    version,
-    address: `127.0.0.1:${opts.port}`,
-    loops,
-    profile: profileDir === undefined ? undefined : path.join(profileDir, 'autoscaler-ours.cpuprofile'),
-    sample: async () => {
-      const served = await servedCalls(registry);
-      return {
-        calls: new Map([...served].map(([method, e]) => [method, e.count])),
-        cpuMs: cpuMs(process.cpuUsage()),
-      };
-    },
-  });
+  // Rounds alternate the two servers, so that a change of the machine's load (other work runs
+  // beside the benchmark) falls on both rather than on one.
+  const rounds = Number(process.env.BENCH_CA_ROUNDS ?? 2);
   const floorBin = autoscalerFloorBinary();
-  let floor: LoopWindow | undefined;
-  if ('missing' in floorBin) {
-    console.log(`\nthe Go floor is left out: ${floorBin.missing}`);
-  } else {
-    const f = await startFloor(cp, floorBin.path, groups, perGroup);
-    try {
-      floor = await measureLoops({ cp, version, address: f.address, loops, sample: f.sample });
-    } finally {
-      await f.stop();
+  if ('missing' in floorBin) console.log(`\nthe Go floor is left out: ${floorBin.missing}`);
+  const f = 'missing' in floorBin ? undefined : await startFloor(cp, floorBin.path, groups, perGroup);
+  const oursRounds: (LoopWindow & { profile: Section[] })[] = [];
+  const floorRounds: LoopWindow[] = [];
+  try {
+    for (let r = 0; r < rounds; r++) {
+      oursRounds.push(
+        await measureLoops({
+          cp,
+          version,
+          address: `127.0.0.1:${opts.port}`,
+          loops,
+          profile:
+            profileDir === undefined || r > 0
+              ? undefined
+              : path.join(profileDir, 'autoscaler-ours.cpuprofile'),
+          sample: async () => {
+            const served = await servedCalls(registry);
+            return {
+              calls: new Map([...served].map(([method, e]) => [method, e.count])),
+              cpuMs: cpuMs(process.cpuUsage()),
+            };
+          },
+        }),
+      );
+      if (f !== undefined) {
+        floorRounds.push(await measureLoops({ cp, version, address: f.address, loops, sample: f.sample }));
+      }
     }
+  } finally {
+    await f?.stop();
   }
+  const ours = { ...merged(oursRounds), profile: oursRounds.flatMap((w) => w.profile) };
+  const floor = f === undefined ? undefined : merged(floorRounds);
   const row = (name: string, w: LoopWindow): (string | number)[] => {
     const calls = sum(w.calls);
     return [
@@ -344,10 +369,23 @@ async function compareLoops(opts: {
     {
       title:
         `cluster-autoscaler ${version} main loop, ${total} nodes in ${groups} groups, scan interval 10 s ` +
-        `(mean of ${loops} loops after the first, from its cluster_autoscaler_function_duration_seconds{function="main"}; ` +
+        `(mean of ${rounds} rounds of ${loops} loops after the first, from its cluster_autoscaler_function_duration_seconds{function="main"}; ` +
         `${cpus().length} CPUs, load average ${load1} / ${load5} / ${load15} at the end)`,
       header: ['server', 'loops', 'main loop (s)', 'calls/loop', 'server CPU s/loop', 'server CPU ms/call'],
       rows,
+    },
+    {
+      title: `by round (our server, then the floor, ${loops} loops each)`,
+      header: ['round', 'ours: main loop (s)', 'Go floor: main loop (s)', 'ours / floor'],
+      rows: oursRounds.map((o, i) => {
+        const fl = floorRounds[i];
+        return [
+          i + 1,
+          o.meanLoopMs / 1000,
+          fl === undefined ? '–' : fl.meanLoopMs / 1000,
+          fl === undefined || fl.meanLoopMs === 0 ? '–' : (o.meanLoopMs / fl.meanLoopMs).toFixed(2),
+        ];
+      }),
     },
     {
       title: 'calls per loop by method (the autoscaler asks the same of both)',
@@ -373,10 +411,11 @@ async function compareLoops(opts: {
       `node ${process.version}, ${cpus().length} CPUs, load average ${load1} / ${load5} / ${load15} (1 / 5 / 15 min) at the end.`,
     '',
     `${total} Machines and Nodes in ${groups} MachineDeployments written into a real kube-apiserver; cluster-autoscaler ${version} ` +
-      '(`--scan-interval=10s`, scale-down off) runs first against our server (grpc-js, reading the shared informers), then against ' +
-      'the Go floor (test/bench/anchor/grpcfloor: grpc-go, every answer encoded at start-up), on the same control plane. ' +
+      '(`--scan-interval=10s`, scale-down off) runs against our server (grpc-js, reading the shared informers) and against ' +
+      'the Go floor (test/bench/anchor/grpcfloor: grpc-go, every answer encoded at start-up), on the same control plane, ' +
+      `in ${rounds} rounds that alternate the two (a fresh autoscaler each time). ` +
       'Main loop: the autoscaler\'s own `cluster_autoscaler_function_duration_seconds{function="main"}`, mean over the loops after ' +
-      "the first. Server CPU: our whole process (process.cpuUsage) and the floor's (getrusage), over the same loops; per call: " +
+      "each start's first. Server CPU: our whole process (process.cpuUsage) and the floor's (getrusage), over the same loops; per call: " +
       'divided by the calls the server counted.' +
       (profileDir === undefined
         ? ''
