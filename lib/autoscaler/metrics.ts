@@ -169,12 +169,14 @@ class CallDurations extends Histogram<'method'> {
     return this.get();
   }
 
+  /** Also the counter's baseline: a registry reset clears both metrics together. */
   override reset(): void {
     super.reset();
     for (const s of this.series?.values() ?? []) {
       s.buckets.fill(0);
       s.sum = 0;
       s.count = 0;
+      for (const c of s.codes.values()) c.reported = c.calls;
     }
   }
 }
