@@ -21,6 +21,8 @@
 #   mcm-aws-anchor gardener's AWS machine-controller (machine-controller-manager-provider-aws,
 #                  unchanged, from the release tarball in ../shared/third_party): the test of our
 #                  manager beside gardener's AWS sidecar, and `npm run bench aws`
+#   autoscaler-floor the Go floor of `npm run bench autoscaler`: a minimal externalgrpc server
+#                  (grpc-go, test/bench/anchor/grpcfloor; not in all/test/dev)
 #        hack/tools.sh --print-dir     print the cache directory and exit
 # Env:   MCM_TOOLS_DIR       cache directory (default: ${XDG_CACHE_HOME:-~/.cache}/mcm-ts/tools)
 #        MCM_CA_SOURCES_DIR  cluster-autoscaler source tarballs
@@ -469,6 +471,29 @@ build_mcm_anchor() {
   anchor_source_hash >"$out/source/$(anchor_source_hash)"
 }
 
+# --- autoscaler-floor: the cheapest externalgrpc server, the autoscaler benchmark's floor ----------
+# One binary from its own small module test/bench/anchor/grpcfloor (grpc-go and protowire only).
+# The component's version is the grpc-go version its go.mod requires; like mcm-anchor, a build is
+# tied to the module's sources (source/<hash>), so editing it rebuilds it.
+FLOOR_MODULE_DIR="$ROOT/test/bench/anchor/grpcfloor"
+
+floor_source_hash() {
+  (cd "$FLOOR_MODULE_DIR" && cat go.mod go.sum ./*.go | sha256sum | cut -c1-16)
+}
+
+floor_grpc_version() {
+  sed -n 's#^[[:space:]]*google.golang.org/grpc \(v[^ ]*\).*#\1#p' "$FLOOR_MODULE_DIR/go.mod" | head -n 1
+}
+
+build_autoscaler_floor() {
+  local out=$1 logfile=$2
+  cd "$FLOOR_MODULE_DIR"
+  run_logged autoscaler-floor "$logfile" go mod download
+  run_logged autoscaler-floor "$logfile" go_locked go build -v -ldflags "-s -w" -o "$out/bin/autoscaler-floor" .
+  mkdir -p "$out/source"
+  floor_source_hash >"$out/source/$(floor_source_hash)"
+}
+
 # --- moto: the EC2 emulator the AWS provider's tests run against ---------------------------------
 # A Python venv with moto[ec2,iam,server] from PyPI. A venv's console scripts carry the absolute
 # path of its interpreter, and the build happens in a scratch directory that is then renamed, so
@@ -542,13 +567,13 @@ for arg in "${@:-all}"; do
   case "$arg" in
     all | test) components+=(etcd kube kwok helm "${CA_COMPONENTS[@]}" mcm-anchor moto mcm-aws-anchor) ;;
     dev) components+=(etcd kube kwok "$CA_NEWEST" moto) ;;
-    etcd | kube | kwok | helm | mcm-anchor | mcm-aws-anchor | moto) components+=("$arg") ;;
+    etcd | kube | kwok | helm | mcm-anchor | mcm-aws-anchor | autoscaler-floor | moto) components+=("$arg") ;;
     cluster-autoscaler) components+=("${CA_COMPONENTS[@]}") ;;
     *)
       if [[ -n "${CA_BY_MINOR[$arg]:-}" ]]; then
         components+=("$arg")
       else
-        echo "unknown component '$arg' (expected all, test, dev, etcd, kube, kwok, helm, cluster-autoscaler, ${CA_COMPONENTS[*]}, mcm-anchor, mcm-aws-anchor, moto)" >&2
+        echo "unknown component '$arg' (expected all, test, dev, etcd, kube, kwok, helm, cluster-autoscaler, ${CA_COMPONENTS[*]}, mcm-anchor, mcm-aws-anchor, autoscaler-floor, moto)" >&2
         exit 2
       fi
       ;;
@@ -589,6 +614,10 @@ for c in "${components[@]}"; do
       else
         build_component moto "$MOTO_VERSION" moto_server venv/bin/python -- build_moto
       fi
+      ;;
+    autoscaler-floor)
+      build_component autoscaler-floor "grpc-$(floor_grpc_version)" autoscaler-floor \
+        "source/$(floor_source_hash)" -- build_autoscaler_floor
       ;;
     mcm-anchor)
       build_component mcm-anchor "$MCM_ANCHOR_VERSION" machine-controller-manager machine-controller \

@@ -26,20 +26,54 @@ const LOADER_OPTIONS = {
 export const CLOUD_PROVIDER_SERVICE = 'clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider';
 export const HEALTH_SERVICE = 'grpc.health.v1.Health';
 
+const loadedServices = new Map<string, ServiceDefinition>();
+
 function serviceOf(file: string, name: string): ServiceDefinition {
+  const cached = loadedServices.get(name);
+  if (cached !== undefined) return cached;
   const pkg = loadSync(path.join(protosDir(), file), LOADER_OPTIONS);
   const def = pkg[name];
   if (def === undefined || 'format' in def) throw new Error(`${name} not found in ${file}`);
+  loadedServices.set(name, def);
   return def;
 }
 
 let cloudProvider: ServiceDefinition | undefined;
 let health: ServiceDefinition | undefined;
 
-/** The CloudProvider service definition (loaded once). */
+/** Methods whose answer never depends on the request: it is not decoded. */
+const REQUEST_IGNORED = new Set(['NodeGroupGetOptions']);
+
+/**
+ * The CloudProvider service definition (loaded once), tuned for the autoscaler's call pattern:
+ * a handler may answer with a Buffer it encoded before (encodeResponse), which is sent as it is,
+ * and requests whose content no answer depends on are not decoded.
+ */
 export function cloudProviderService(): ServiceDefinition {
-  cloudProvider ??= serviceOf('externalgrpc.proto', CLOUD_PROVIDER_SERVICE);
+  if (cloudProvider === undefined) {
+    const loaded = serviceOf('externalgrpc.proto', CLOUD_PROVIDER_SERVICE);
+    cloudProvider = Object.fromEntries(
+      Object.entries(loaded).map(([name, def]) => {
+        const serialize = def.responseSerialize;
+        return [
+          name,
+          {
+            ...def,
+            responseSerialize: (value: unknown) => (Buffer.isBuffer(value) ? value : serialize(value)),
+            ...(REQUEST_IGNORED.has(name) ? { requestDeserialize: () => ({}) } : {}),
+          },
+        ];
+      }),
+    );
+  }
   return cloudProvider;
+}
+
+/** The encoded answer of a CloudProvider method, to be built once and sent many times. */
+export function encodeResponse(method: string, value: Record<string, unknown>): Buffer {
+  const def = serviceOf('externalgrpc.proto', CLOUD_PROVIDER_SERVICE)[method];
+  if (def === undefined) throw new Error(`${CLOUD_PROVIDER_SERVICE} has no method ${method}`);
+  return def.responseSerialize(value);
 }
 
 export function healthService(): ServiceDefinition {

@@ -3,6 +3,11 @@
 // controllers run, so nothing changes under the measurement); the server reads them through the
 // same shared informers the manager uses.
 
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import type { Profiler } from 'node:inspector';
+import { cpus, loadavg } from 'node:os';
+import path from 'node:path';
+
 import { Label } from '../../lib/api/constants.js';
 import {
   API_VERSION,
@@ -22,11 +27,18 @@ import { CoreResources } from '../../lib/kube/resources.js';
 import type { Node } from '../../lib/kube/types.js';
 import { nullLogger } from '../../lib/observability/logger.js';
 import { newRegistry } from '../../lib/observability/metrics.js';
-import { startAutoscaler } from '../harness/autoscaler.js';
-import { startControlPlane } from '../harness/controlplane.js';
+import { startAutoscaler, type Autoscaler } from '../harness/autoscaler.js';
+import { startControlPlane, type ControlPlane } from '../harness/controlplane.js';
 import { cloudProviderClient } from '../harness/grpcclient.js';
-import { autoscalerUnavailableReason, newestAutoscalerVersion } from '../harness/tools.js';
-import { printTable } from './table.js';
+import { ManagedProcess, waitUntil } from '../harness/process.js';
+import {
+  autoscalerFloorBinary,
+  autoscalerUnavailableReason,
+  newestAutoscalerVersion,
+  repoRoot,
+} from '../harness/tools.js';
+import { byComponent, byFunction, startCpuProfile } from './cpuprofile.js';
+import { markdownTable, printTable } from './table.js';
 import type { Registry } from 'prom-client';
 
 const NS = 'default';
@@ -74,6 +86,346 @@ async function servedCalls(registry: Registry): Promise<Map<string, { count: num
     out.set(method, e);
   }
   return out;
+}
+
+/** What the server under measurement has done so far: calls by method, CPU time of its process. */
+interface ServerSample {
+  calls: Map<string, number>;
+  cpuMs: number;
+}
+
+/** The autoscaler's main loops over a window, and what the server did in the same window. */
+interface LoopWindow {
+  loops: number;
+  meanLoopMs: number;
+  calls: Map<string, number>;
+  cpuMs: number;
+}
+
+/** The autoscaler's own count and total duration of its main loop (cluster_autoscaler_function_duration_seconds). */
+async function mainLoops(autoscaler: Autoscaler): Promise<{ count: number; sum: number }> {
+  const text = await autoscaler.metrics();
+  const pick = (suffix: string): number =>
+    Number(
+      new RegExp(
+        `cluster_autoscaler_function_duration_seconds_${suffix}\\{function="main"\\} ([0-9.e+-]+)`,
+      ).exec(text)?.[1] ?? 0,
+    );
+  return { count: pick('count'), sum: pick('sum') };
+}
+
+/**
+ * Runs the newest pinned cluster-autoscaler against a server until its first loop is done (start-up
+ * and cold caches), then measures `loops` more: their mean duration by the autoscaler's own metric,
+ * and the server's calls and CPU time over the same window (sample() before and after).
+ */
+async function measureLoops(opts: {
+  cp: ControlPlane;
+  version: string;
+  address: string;
+  loops: number;
+  sample: () => Promise<ServerSample>;
+  profile?: string | undefined;
+}): Promise<LoopWindow & { profile: Section[] }> {
+  const autoscaler = await startAutoscaler({
+    version: opts.version,
+    controlPlane: opts.cp,
+    address: opts.address,
+    grpcTimeout: '30s',
+    verbosity: 1,
+    flags: { 'scan-interval': '10s', 'scale-down-enabled': false },
+    startTimeoutMs: 120_000,
+  });
+  try {
+    const until = async (count: number, timeoutMs: number): Promise<{ count: number; sum: number }> => {
+      const deadline = Date.now() + timeoutMs;
+      let m = await mainLoops(autoscaler);
+      while (m.count < count && Date.now() < deadline) {
+        await new Promise((r) => setTimeout(r, 500));
+        m = await mainLoops(autoscaler);
+      }
+      return m;
+    };
+    const m0 = await until(1, 120_000);
+    const s0 = await opts.sample();
+    const profiling = opts.profile === undefined ? undefined : await startCpuProfile();
+    const m1 = await until(m0.count + opts.loops, (opts.loops + 4) * 30_000);
+    const s1 = await opts.sample();
+    const profile =
+      profiling !== undefined && opts.profile !== undefined
+        ? profileSections(opts.profile, await profiling.stop(opts.profile))
+        : [];
+    const loops = m1.count - m0.count;
+    const calls = new Map<string, number>();
+    for (const [method, n] of s1.calls) {
+      const d = n - (s0.calls.get(method) ?? 0);
+      if (d > 0) calls.set(method, d);
+    }
+    return {
+      loops,
+      meanLoopMs: loops === 0 ? 0 : ((m1.sum - m0.sum) / loops) * 1000,
+      calls,
+      cpuMs: s1.cpuMs - s0.cpuMs,
+      profile,
+    };
+  } finally {
+    await autoscaler.stop();
+  }
+}
+
+/** A table printed and written to the results file. */
+interface Section {
+  title: string;
+  header: string[];
+  rows: (string | number)[][];
+}
+
+function profileSections(file: string, profile: Profiler.Profile): Section[] {
+  const components = byComponent(profile);
+  const busy = components.filter((r) => r.name !== '(idle)').reduce((a, r) => a + r.ms, 0);
+  const pct = (ms: number): string => `${((ms / busy) * 100).toFixed(1)} %`;
+  const idle = components.find((r) => r.name === '(idle)')?.ms ?? 0;
+  return [
+    {
+      title:
+        `CPU profile of our process over the same loops (${path.basename(file)}): ${(busy / 1000).toFixed(1)} s busy, ` +
+        `${(idle / 1000).toFixed(1)} s idle; self time by component, share of the busy time`,
+      header: ['component', 'ms', 'share'],
+      rows: components.filter((r) => r.name !== '(idle)').map((r) => [r.name, r.ms, pct(r.ms)]),
+    },
+    {
+      title: 'top 25 functions by self time',
+      header: ['function', 'ms', 'share'],
+      rows: byFunction(profile)
+        .filter((r) => !r.name.startsWith('(idle)'))
+        .slice(0, 25)
+        .map((r) => [r.name, r.ms, pct(r.ms)]),
+    },
+  ];
+}
+
+/** The Go floor (test/bench/anchor/grpcfloor) serving the same groups; stats on SIGUSR1. */
+async function startFloor(
+  cp: ControlPlane,
+  bin: string,
+  groups: number,
+  perGroup: number,
+): Promise<{ address: string; sample: () => Promise<ServerSample>; stop: () => Promise<void> }> {
+  const logFile = path.join(cp.logDir, 'autoscaler-floor.log');
+  const proc = new ManagedProcess({
+    name: 'autoscaler-floor',
+    command: bin,
+    args: [
+      '--address=127.0.0.1:0',
+      `--namespace=${NS}`,
+      `--groups=${groups}`,
+      `--per-group=${perGroup}`,
+      '--provider-prefix=virtual://bench/',
+    ],
+    logFile,
+  });
+  proc.start();
+  const log = (): string => {
+    try {
+      return readFileSync(logFile, 'utf8');
+    } catch {
+      return '';
+    }
+  };
+  let address = '';
+  await waitUntil(
+    'autoscaler-floor listening',
+    () => {
+      address = /^listening on (\S+)$/m.exec(log())?.[1] ?? '';
+      return Promise.resolve(address !== '');
+    },
+    { timeoutMs: 30_000, process: proc },
+  );
+  const sample = async (): Promise<ServerSample> => {
+    const before = log().match(/^stats .*$/gm)?.length ?? 0;
+    if (proc.pid !== undefined) process.kill(proc.pid, 'SIGUSR1');
+    let line = '';
+    await waitUntil(
+      'autoscaler-floor stats',
+      () => {
+        const lines = log().match(/^stats .*$/gm) ?? [];
+        line = lines.length > before ? (lines[lines.length - 1] ?? '') : '';
+        return Promise.resolve(line !== '');
+      },
+      { timeoutMs: 10_000, intervalMs: 50, process: proc },
+    );
+    const calls = new Map<string, number>();
+    let cpuMs = 0;
+    for (const [, k, v] of line.matchAll(/(\S+)=(\d+)/g)) {
+      if (k === 'cpu_us') cpuMs = Number(v) / 1000;
+      else if (k !== undefined) calls.set(k, Number(v));
+    }
+    return { calls, cpuMs };
+  };
+  return { address, sample, stop: () => proc.stop() };
+}
+
+/** Several windows as one: loops and calls added up, the mean loop weighted by loops. */
+function merged(windows: LoopWindow[]): LoopWindow {
+  const loops = windows.reduce((a, w) => a + w.loops, 0);
+  const calls = new Map<string, number>();
+  for (const w of windows) for (const [m, n] of w.calls) calls.set(m, (calls.get(m) ?? 0) + n);
+  return {
+    loops,
+    meanLoopMs: loops === 0 ? 0 : windows.reduce((a, w) => a + w.meanLoopMs * w.loops, 0) / loops,
+    calls,
+    cpuMs: windows.reduce((a, w) => a + w.cpuMs, 0),
+  };
+}
+
+function sum(m: Map<string, number>): number {
+  return [...m.values()].reduce((a, b) => a + b, 0);
+}
+
+/**
+ * The autoscaler's loop against our server and against the Go floor, one after the other on the
+ * same control plane and the same nodes, and the ratio.
+ */
+async function compareLoops(opts: {
+  cp: ControlPlane;
+  registry: Registry;
+  port: number;
+  version: string;
+  groups: number;
+  perGroup: number;
+}): Promise<void> {
+  const { cp, registry, version, groups, perGroup } = opts;
+  const total = groups * perGroup;
+  const loops = Number(process.env.BENCH_CA_LOOPS ?? 3);
+  const profileDir = process.env.MCM_BENCH_CPU_PROFILE;
+  // Rounds alternate the two servers, so that a change of the machine's load (other work runs
+  // beside the benchmark) falls on both rather than on one.
+  const rounds = Number(process.env.BENCH_CA_ROUNDS ?? 2);
+  const floorBin = autoscalerFloorBinary();
+  if ('missing' in floorBin) console.log(`\nthe Go floor is left out: ${floorBin.missing}`);
+  const f = 'missing' in floorBin ? undefined : await startFloor(cp, floorBin.path, groups, perGroup);
+  const oursRounds: (LoopWindow & { profile: Section[] })[] = [];
+  const floorRounds: LoopWindow[] = [];
+  try {
+    for (let r = 0; r < rounds; r++) {
+      oursRounds.push(
+        await measureLoops({
+          cp,
+          version,
+          address: `127.0.0.1:${opts.port}`,
+          loops,
+          profile:
+            profileDir === undefined || r > 0
+              ? undefined
+              : path.join(profileDir, 'autoscaler-ours.cpuprofile'),
+          sample: async () => {
+            const served = await servedCalls(registry);
+            return {
+              calls: new Map([...served].map(([method, e]) => [method, e.count])),
+              cpuMs: cpuMs(process.cpuUsage()),
+            };
+          },
+        }),
+      );
+      if (f !== undefined) {
+        floorRounds.push(await measureLoops({ cp, version, address: f.address, loops, sample: f.sample }));
+      }
+    }
+  } finally {
+    await f?.stop();
+  }
+  const ours = { ...merged(oursRounds), profile: oursRounds.flatMap((w) => w.profile) };
+  const floor = f === undefined ? undefined : merged(floorRounds);
+  const row = (name: string, w: LoopWindow): (string | number)[] => {
+    const calls = sum(w.calls);
+    return [
+      name,
+      w.loops,
+      w.meanLoopMs / 1000,
+      w.loops === 0 ? 0 : calls / w.loops,
+      w.loops === 0 ? 0 : w.cpuMs / w.loops / 1000,
+      calls === 0 ? 0 : w.cpuMs / calls,
+    ];
+  };
+  const rows = [row('ours (grpc-js)', ours)];
+  if (floor !== undefined) {
+    rows.push(row('Go floor (grpc-go, prebuilt answers)', floor));
+    rows.push([
+      'ours / floor',
+      '',
+      floor.meanLoopMs === 0 ? '–' : (ours.meanLoopMs / floor.meanLoopMs).toFixed(2),
+      '',
+      '',
+      '',
+    ]);
+  }
+  const [load1, load5, load15] = loadavg().map((l) => l.toFixed(2));
+  const methods = [...new Set([...ours.calls.keys(), ...(floor?.calls.keys() ?? [])])].sort(
+    (a, b) => (ours.calls.get(b) ?? 0) - (ours.calls.get(a) ?? 0),
+  );
+  const perLoop = (w: LoopWindow | undefined, m: string): number | string =>
+    w === undefined || w.loops === 0 ? '–' : (w.calls.get(m) ?? 0) / w.loops;
+  const sections: Section[] = [
+    {
+      title:
+        `cluster-autoscaler ${version} main loop, ${total} nodes in ${groups} groups, scan interval 10 s ` +
+        `(mean of ${rounds} rounds of ${loops} loops after the first, from its cluster_autoscaler_function_duration_seconds{function="main"}; ` +
+        `${cpus().length} CPUs, load average ${load1} / ${load5} / ${load15} at the end)`,
+      header: ['server', 'loops', 'main loop (s)', 'calls/loop', 'server CPU s/loop', 'server CPU ms/call'],
+      rows,
+    },
+    {
+      title: `by round (our server, then the floor, ${loops} loops each)`,
+      header: ['round', 'ours: main loop (s)', 'Go floor: main loop (s)', 'ours / floor'],
+      rows: oursRounds.map((o, i) => {
+        const fl = floorRounds[i];
+        return [
+          i + 1,
+          o.meanLoopMs / 1000,
+          fl === undefined ? '–' : fl.meanLoopMs / 1000,
+          fl === undefined || fl.meanLoopMs === 0 ? '–' : (o.meanLoopMs / fl.meanLoopMs).toFixed(2),
+        ];
+      }),
+    },
+    {
+      title: 'calls per loop by method (the autoscaler asks the same of both)',
+      header: ['method', 'ours', 'Go floor'],
+      rows: methods.map((m) => [m, perLoop(ours, m), perLoop(floor, m)]),
+    },
+    ...ours.profile,
+  ];
+  for (const t of sections) printTable(t.title, t.header, t.rows);
+  const file = path.join(
+    repoRoot,
+    'test',
+    'bench',
+    'results',
+    profileDir === undefined ? 'autoscaler.md' : 'autoscaler-profile.md',
+  );
+  const md = [
+    profileDir === undefined
+      ? '# cluster-autoscaler loop: our server against the Go floor'
+      : '# CPU profile of our externalgrpc server under the cluster-autoscaler',
+    '',
+    `Written by \`${profileDir === undefined ? '' : 'MCM_BENCH_CPU_PROFILE=DIR '}npm run bench autoscaler\` (test/bench/autoscaler.bench.ts) on ${new Date().toISOString()}, ` +
+      `node ${process.version}, ${cpus().length} CPUs, load average ${load1} / ${load5} / ${load15} (1 / 5 / 15 min) at the end.`,
+    '',
+    `${total} Machines and Nodes in ${groups} MachineDeployments written into a real kube-apiserver; cluster-autoscaler ${version} ` +
+      '(`--scan-interval=10s`, scale-down off) runs against our server (grpc-js, reading the shared informers) and against ' +
+      'the Go floor (test/bench/anchor/grpcfloor: grpc-go, every answer encoded at start-up), on the same control plane, ' +
+      `in ${rounds} rounds that alternate the two (a fresh autoscaler each time). ` +
+      'Main loop: the autoscaler\'s own `cluster_autoscaler_function_duration_seconds{function="main"}`, mean over the loops after ' +
+      "each start's first. Server CPU: our whole process (process.cpuUsage) and the floor's (getrusage), over the same loops; per call: " +
+      'divided by the calls the server counted.' +
+      (profileDir === undefined
+        ? ''
+        : ' This run had the V8 CPU profiler on in our process, which slows it: read the loop times of `autoscaler.md`.'),
+    '',
+    ...sections.flatMap((t) => [`## ${t.title}`, '', markdownTable(t.header, t.rows), '']),
+  ].join('\n');
+  mkdirSync(path.dirname(file), { recursive: true });
+  writeFileSync(file, md);
+  console.log(`\n(results written to ${path.relative(process.cwd(), file)})`);
 }
 
 export async function benchAutoscaler(): Promise<void> {
@@ -245,68 +597,7 @@ export async function benchAutoscaler(): Promise<void> {
       console.log(`cluster-autoscaler loop time not measured: ${why}`);
       return;
     }
-    const before = await servedCalls(registry);
-    const cpuBefore = process.cpuUsage();
-    const autoscaler = await startAutoscaler({
-      version,
-      controlPlane: cp,
-      address: `127.0.0.1:${server.port}`,
-      grpcTimeout: '30s',
-      verbosity: 1,
-      flags: { 'scan-interval': '10s', 'scale-down-enabled': false },
-      startTimeoutMs: 120_000,
-    });
-    try {
-      const loops = Number(process.env.BENCH_CA_LOOPS ?? 6);
-      const mainLoop = async (): Promise<{ count: number; sum: number }> => {
-        const text = await autoscaler.metrics();
-        const pick = (suffix: string): number =>
-          Number(
-            new RegExp(
-              `cluster_autoscaler_function_duration_seconds_${suffix}\\{function="main"\\} ([0-9.e+-]+)`,
-            ).exec(text)?.[1] ?? 0,
-          );
-        return { count: pick('count'), sum: pick('sum') };
-      };
-      const deadline = Date.now() + (loops + 4) * 12_000;
-      let m = await mainLoop();
-      while (m.count < loops && Date.now() < deadline) {
-        await new Promise((r) => setTimeout(r, 2000));
-        m = await mainLoop();
-      }
-      printTable(
-        `cluster-autoscaler ${version} main loop against our server (${total} nodes, ${groups} groups)`,
-        ['loops', 'mean loop (ms)', 'our process: CPU ms per loop'],
-        [
-          [
-            m.count,
-            m.count === 0 ? 0 : (m.sum / m.count) * 1000,
-            m.count === 0 ? 0 : cpuMs(process.cpuUsage(cpuBefore)) / m.count,
-          ],
-        ],
-      );
-      // Where the loop's calls go: our server's own per-method counters over the same loops.
-      const after = await servedCalls(registry);
-      const calls = [...after.entries()]
-        .map(([method, e]): [string, { count: number; sum: number }] => {
-          const b = before.get(method) ?? { count: 0, sum: 0 };
-          return [method, { count: e.count - b.count, sum: e.sum - b.sum }];
-        })
-        .filter(([, e]) => e.count > 0)
-        .sort((a, b) => b[1].count - a[1].count);
-      printTable(
-        `calls our server answered during those loops (time spent in the server, gRPC transport excluded)`,
-        ['method', 'calls', 'calls/loop', 'server ms/call'],
-        calls.map(([method, e]) => [
-          method,
-          e.count,
-          m.count === 0 ? 0 : e.count / m.count,
-          e.count === 0 ? 0 : (e.sum / e.count) * 1000,
-        ]),
-      );
-    } finally {
-      await autoscaler.stop();
-    }
+    await compareLoops({ cp, registry, port: server.port, version, groups, perGroup });
   } finally {
     await server?.stop();
     await informers?.stop();

@@ -24,3 +24,14 @@ export function gc(): void {
 export async function settle(): Promise<void> {
   for (let i = 0; i < 5; i++) await new Promise<void>((r) => setImmediate(r));
 }
+
+/** The same rows as a Markdown table (numbers formatted as printTable does). */
+export function markdownTable(header: string[], rows: (string | number)[][]): string {
+  const cell = (c: string | number): string =>
+    (typeof c === 'number' ? formatNumber(c) : c).replaceAll('|', '\\|');
+  return [
+    `| ${header.join(' | ')} |`,
+    `|${header.map((_, i) => (i === 0 ? '---' : '---:')).join('|')}|`,
+    ...rows.map((r) => `| ${r.map(cell).join(' | ')} |`),
+  ].join('\n');
+}

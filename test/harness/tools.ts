@@ -1,4 +1,5 @@
-import { existsSync, readFileSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { homedir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -226,4 +227,39 @@ export function motoServerPath(): string {
 /** gardener's AWS machine-controller, unchanged (`bash hack/tools.sh mcm-aws-anchor`): bin/machine-controller. */
 export function mcmAwsAnchorDir(): string {
   return path.join(toolsDir(), `mcm-aws-anchor-${readToolVersions().MCM_AWS_ANCHOR_VERSION}`);
+}
+
+// --- the Go floor of the autoscaler benchmark ---------------------------------------------------------
+
+const FLOOR_MODULE_DIR = path.join(repoRoot, 'test', 'bench', 'anchor', 'grpcfloor');
+
+/** Same hash as hack/tools.sh floor_source_hash: go.mod, go.sum and the .go files, in name order. */
+function floorSourceHash(): string {
+  const files = [
+    'go.mod',
+    'go.sum',
+    ...readdirSync(FLOOR_MODULE_DIR)
+      .filter((f) => f.endsWith('.go'))
+      .sort(),
+  ];
+  const h = createHash('sha256');
+  for (const f of files) h.update(readFileSync(path.join(FLOOR_MODULE_DIR, f)));
+  return h.digest('hex').slice(0, 16);
+}
+
+/**
+ * The Go floor of `npm run bench autoscaler` (test/bench/anchor/grpcfloor, built by `bash
+ * hack/tools.sh autoscaler-floor`): its binary, or why it cannot be used (with the command to run).
+ */
+export function autoscalerFloorBinary(): { path: string } | { missing: string } {
+  const gomod = readFileSync(path.join(FLOOR_MODULE_DIR, 'go.mod'), 'utf8');
+  const grpc = /^\s*google\.golang\.org\/grpc (v\S+)/m.exec(gomod)?.[1] ?? 'unknown';
+  const dir = path.join(toolsDir(), `autoscaler-floor-grpc-${grpc}`);
+  const bin = path.join(dir, 'bin', 'autoscaler-floor');
+  const build = 'run `bash hack/tools.sh autoscaler-floor` (about a minute) and run the benchmark again';
+  if (!existsSync(bin)) return { missing: `the Go floor is not built (expected ${bin}); ${build}` };
+  if (!existsSync(path.join(dir, 'source', floorSourceHash()))) {
+    return { missing: `the Go floor at ${bin} is older than test/bench/anchor/grpcfloor; ${build}` };
+  }
+  return { path: bin };
 }
