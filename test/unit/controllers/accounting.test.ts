@@ -63,6 +63,9 @@ class ScriptedSource implements MachineSource {
   list(): DeepReadonly<Machine>[] {
     return [...this.store.values()];
   }
+  someByIndex(index: string, value: string, pred: (m: DeepReadonly<Machine>) => boolean): boolean {
+    return this.byIndex(index, value).some(pred);
+  }
   byIndex(index: string, value: string): DeepReadonly<Machine>[] {
     if (index !== CONTROLLER_UID_INDEX) throw new Error(`no index ${index}`);
     return this.list().filter((m) => (controllerRefOf(m)?.uid ?? NO_CONTROLLER) === value);
@@ -83,7 +86,7 @@ class ScriptedSource implements MachineSource {
   delete(key: string, delivered?: Machine, finalStateUnknown = false): void {
     const old = this.store.get(key);
     this.store.delete(key);
-    const obj = (delivered ?? old);
+    const obj = delivered ?? old;
     if (obj === undefined) return;
     for (const h of this.handlers) h.onDelete?.(obj, finalStateUnknown);
   }
