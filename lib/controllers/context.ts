@@ -26,6 +26,7 @@ import type { EventRecorder } from '../kube/events.js';
 import { ATTACHMENT_NODE_INDEX, ATTACHMENT_PV_INDEX, POD_NODE_INDEX, trimPod } from '../drain/caches.js';
 import { Informer, labelIndex } from '../kube/informer.js';
 import { CoreResources } from '../kube/resources.js';
+import { MachineAccounting } from './accounting.js';
 import type { Logger } from '../observability/logger.js';
 
 /** Machines by their `node` label (the name of their Node). */
@@ -39,6 +40,8 @@ export const NODE_MACHINE_INDEX = 'nodeMachine';
 /** The informers shared by every controller of one manager (one cache per resource). */
 export class SharedInformers {
   readonly machines: Informer<Machine>;
+  /** Machine counts per owner, kept from the machine events (what reconciles read instead of scanning). */
+  readonly machineCounts: MachineAccounting;
   readonly machineSets: Informer<MachineSet>;
   readonly machineDeployments: Informer<MachineDeployment>;
   readonly machineClasses: Informer<MachineClass>;
@@ -102,6 +105,12 @@ export class SharedInformers {
       resource: CoreResources.secrets,
       name: 'secrets',
       ...common,
+    });
+    this.machineCounts = new MachineAccounting(this.machines);
+    this.machineSets.addHandler({
+      onDelete: (ms) => {
+        this.machineCounts.forgetOwner(ms.metadata.uid ?? '');
+      },
     });
     this.machines.addIndexer(MACHINE_NODE_INDEX, labelIndex(Label.Node));
     this.machines.addIndexer(MACHINE_CLASS_INDEX, (m) =>

@@ -193,6 +193,8 @@ export interface Lister<T> {
   getByKey(key: string): DeepReadonly<T> | undefined;
   list(namespace?: string): DeepReadonly<T>[];
   byIndex(index: string, value: string): DeepReadonly<T>[];
+  /** Whether an object under an index value satisfies `pred`: stops at the first, lists nothing. */
+  someByIndex(index: string, value: string, pred: (obj: DeepReadonly<T>) => boolean): boolean;
 }
 
 /**
@@ -398,6 +400,16 @@ export class Informer<T extends KubeObject> implements Lister<T> {
       if (o !== undefined) out.push(o);
     }
     return out;
+  }
+
+  someByIndex(index: string, value: string, pred: (obj: DeepReadonly<T>) => boolean): boolean {
+    const idx = this.indexers.get(index);
+    if (idx === undefined) throw new Error(`informer ${this.name} has no index ${index}`);
+    for (const k of idx.values.get(value) ?? []) {
+      const o = this.store.get(k);
+      if (o !== undefined && pred(o)) return true;
+    }
+    return false;
   }
 
   keys(): string[] {

@@ -59,7 +59,18 @@ const CONVERGE_MAX_MS = 3_600_000;
 const CONCURRENT_SYNCS = 10;
 const MACHINE_CONCURRENT_SYNCS = 50;
 
-type Impl = 'ours' | 'anchor';
+/**
+ * The sides a run can have: our manager; gardener MCM (the anchor); our manager of another build
+ * (`before`: MCM_BENCH_SCALE_BEFORE names its checkout, built); the null manager (`floor`).
+ */
+type Impl = 'ours' | 'anchor' | 'before' | 'floor';
+
+const SIDE_TITLE: Record<Impl, string> = {
+  ours: 'ours',
+  anchor: 'gardener MCM',
+  before: 'ours before',
+  floor: 'floor (null manager)',
+};
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
@@ -244,7 +255,7 @@ async function startProcess(proc: ManagedProcess, healthz: string): Promise<void
   await waitUntil(proc.opts.name, () => httpOk(healthz), { timeoutMs: 60_000, process: proc });
 }
 
-async function startOurs(cp: ControlPlane, s: Setting): Promise<ManagedProcess[]> {
+async function startOurs(cp: ControlPlane, s: Setting, root = repoRoot): Promise<ManagedProcess[]> {
   const port = await freePort();
   const proc = new ManagedProcess({
     name: 'manager',
@@ -254,7 +265,7 @@ async function startOurs(cp: ControlPlane, s: Setting): Promise<ManagedProcess[]
       ...(process.env.MCM_BENCH_SCALE_CPU_PROF === undefined
         ? []
         : ['--cpu-prof', `--cpu-prof-dir=${process.env.MCM_BENCH_SCALE_CPU_PROF}`]),
-      path.join(repoRoot, 'dist', 'cmd', 'manager.js'),
+      path.join(root, 'dist', 'cmd', 'manager.js'),
       `--control-kubeconfig=${cp.kubeconfigPath}`,
       `--namespace=${NAMESPACE}`,
       '--leader-elect=false',
@@ -270,6 +281,53 @@ async function startOurs(cp: ControlPlane, s: Setting): Promise<ManagedProcess[]
   });
   await startProcess(proc, `http://127.0.0.1:${port}/healthz`);
   return [proc];
+}
+
+/**
+ * The floor: the null manager (nullmanager.ts), the requests of our design per machine and
+ * nothing else, under the same client limits.
+ */
+async function startFloor(cp: ControlPlane, s: Setting): Promise<ManagedProcess[]> {
+  const port = await freePort();
+  const proc = new ManagedProcess({
+    name: 'null-manager',
+    command: process.execPath,
+    args: [
+      path.join(repoRoot, 'dist', 'test', 'bench', 'nullmanager.js'),
+      `--kubeconfig=${cp.kubeconfigPath}`,
+      `--namespace=${NAMESPACE}`,
+      '--deployment=bench',
+      `--kube-api-qps=${s.qps}`,
+      `--kube-api-burst=${s.burst}`,
+      `--workers=${MACHINE_CONCURRENT_SYNCS}`,
+      `--port=${port}`,
+    ],
+    logFile: path.join(cp.workDir, 'null-manager.log'),
+  });
+  await startProcess(proc, `http://127.0.0.1:${port}/healthz`);
+  return [proc];
+}
+
+/** Starts one side's processes. */
+function startSide(impl: Impl, cp: ControlPlane, s: Setting): Promise<ManagedProcess[]> {
+  switch (impl) {
+    case 'ours':
+      return startOurs(cp, s);
+    case 'before':
+      return startOurs(cp, s, beforeRoot());
+    case 'anchor':
+      return startAnchor(cp, s);
+    case 'floor':
+      return startFloor(cp, s);
+  }
+}
+
+/** MCM_BENCH_SCALE_BEFORE: a checkout of another build of ours (built: dist/cmd/manager.js). */
+function beforeRoot(): string {
+  const dir = process.env.MCM_BENCH_SCALE_BEFORE ?? '';
+  if (dir === '' || !existsSync(path.join(dir, 'dist', 'cmd', 'manager.js')))
+    throw new Error(`MCM_BENCH_SCALE_BEFORE: no dist/cmd/manager.js under "${dir}" (build it first)`);
+  return dir;
 }
 
 async function startAnchor(cp: ControlPlane, s: Setting): Promise<ManagedProcess[]> {
@@ -505,7 +563,7 @@ async function run(
   const policy = path.join(auditDir, 'policy.yaml');
   writeFileSync(policy, AUDIT_POLICY);
   const cp = await startControlPlane({
-    installCRDs: impl === 'ours',
+    installCRDs: impl !== 'anchor',
     apiServerFlags: [
       `--audit-policy-file=${policy}`,
       `--audit-log-path=${auditLog}`,
@@ -538,7 +596,7 @@ async function run(
     for (const i of informers) i.start();
     await Promise.all(informers.map((i) => i.waitForSync()));
     await createObjects(client);
-    procs = impl === 'ours' ? await startOurs(cp, s) : await startAnchor(cp, s);
+    procs = await startSide(impl, cp, s);
     // Running: the deployment controller has seen the (empty) deployment.
     await reach(fleet, (f) => f.deploymentObserved(), 'the deployment to be observed', 60_000);
     const audit = new AuditTail(auditLog);
@@ -648,10 +706,21 @@ interface Result {
   setting: Setting;
   ours: Figures;
   anchor: Figures;
+  /** Further sides (before, floor), each with a value and a ratio column. */
+  extra: Partial<Record<ExtraSide, Figures>>;
+}
+
+type ExtraSide = 'before' | 'floor';
+const EXTRA_SIDES: readonly ExtraSide[] = ['before', 'floor'];
+
+/** The extra sides any result has, in a fixed order: the same columns for every row. */
+function extraSides(results: Result[]): ExtraSide[] {
+  return EXTRA_SIDES.filter((s) => results.some((r) => r.extra[s] !== undefined));
 }
 
 function rowsOf(results: Result[]): string[][] {
   const rows: string[][] = [];
+  const extras = extraSides(results);
   for (const r of results) {
     for (const [key, label] of FIGURES) {
       if (Number.isNaN(r.ours[key])) continue;
@@ -661,13 +730,26 @@ function rowsOf(results: Result[]): string[][] {
         fmt(r.ours[key]),
         fmt(r.anchor[key]),
         ratio(r.ours[key], r.anchor[key]),
+        ...extras.flatMap((s) => {
+          const f = r.extra[s]?.[key] ?? NaN;
+          return [fmt(f), ratio(r.ours[key], f)];
+        }),
       ]);
     }
   }
   return rows;
 }
 
-const HEADER = ['machines @ qps/burst', 'figure', 'ours', `gardener MCM`, 'ours/anchor'];
+function headerOf(results: Result[]): string[] {
+  return [
+    'machines @ qps/burst',
+    'figure',
+    'ours',
+    `gardener MCM`,
+    'ours/anchor',
+    ...extraSides(results).flatMap((s) => [SIDE_TITLE[s], `ours/${s}`]),
+  ];
+}
 
 const NOT_RUN = 'not run';
 
@@ -706,8 +788,23 @@ function markdown(results: Result[], anchorVersion: string): string {
     `- at rest: the ${AT_REST_SECONDS} s after 0→N fell quiet.`,
     '- peak RSS: VmHWM, summed over the processes (anchor: 2). CPU: utime+stime.',
     '',
-    `| ${HEADER.join(' | ')} |`,
-    `| ${HEADER.map((_, i) => (i < 2 ? '---' : '---:')).join(' | ')} |`,
+    ...(results.some((r) => r.extra.floor !== undefined)
+      ? [
+          '- floor: the null manager (test/bench/nullmanager.ts) in place of ours: per machine the ' +
+            'requests our design needs and nothing else (token Secret create and delete, Machine ' +
+            'create, VM create, Machine patch, 2 status patches; going: Machine delete, status patch, ' +
+            'VM delete, finalizer removal), 50 at a time, same client limits: what this ' +
+            "machine's kube-apiserver and etcd take for our request mix.",
+        ]
+      : []),
+    ...(results.some((r) => r.extra.before !== undefined)
+      ? [`- ours before: our manager built from ${process.env.MCM_BENCH_SCALE_BEFORE ?? ''}.`]
+      : []),
+    '',
+    `| ${headerOf(results).join(' | ')} |`,
+    `| ${headerOf(results)
+      .map((_, i) => (i < 2 ? '---' : '---:'))
+      .join(' | ')} |`,
     ...rowsOf(results).map((r) => `| ${r.join(' | ')} |`),
     '',
   ];
@@ -808,6 +905,11 @@ export async function benchScale(): Promise<void> {
   const rollouts = parseList(process.env.MCM_BENCH_SCALE_ROLLOUT, '1000@200/400', parseRollout);
   // MCM_BENCH_SCALE_ANCHOR=0: our side only (the anchor's columns show –).
   const withAnchor = process.env.MCM_BENCH_SCALE_ANCHOR !== '0';
+  // MCM_BENCH_SCALE_FLOOR=1: also the null manager; MCM_BENCH_SCALE_BEFORE=<checkout>: also that build.
+  const sides: Impl[] = ['ours'];
+  if (process.env.MCM_BENCH_SCALE_BEFORE !== undefined) sides.unshift('before');
+  if (withAnchor) sides.push('anchor');
+  if (process.env.MCM_BENCH_SCALE_FLOOR === '1') sides.push('floor');
   if (withAnchor) ensureAnchor();
   const anchorVersion = withAnchor ? readToolVersions().MCM_ANCHOR_VERSION : NOT_RUN;
   const auditDir = mkdtempSync(path.join(os.tmpdir(), 'mcm-scale-'));
@@ -816,12 +918,20 @@ export async function benchScale(): Promise<void> {
     for (const setting of settings) {
       for (const n of sizes) {
         const figures: Partial<Record<Impl, Figures>> = {};
-        for (const impl of withAnchor ? (['ours', 'anchor'] as const) : (['ours'] as const)) {
+        for (const impl of sides) {
           console.log(`scale: ${impl}, ${n} machines @ ${setting.qps}/${setting.burst} …`);
           figures[impl] = await run(impl, n, setting, auditDir, rollouts);
         }
         if (figures.ours === undefined) throw new Error('unreachable');
-        results.push({ n, setting, ours: figures.ours, anchor: figures.anchor ?? notRun(figures.ours) });
+        const extra: Result['extra'] = {};
+        for (const s of EXTRA_SIDES) if (figures[s] !== undefined) extra[s] = figures[s];
+        results.push({
+          n,
+          setting,
+          ours: figures.ours,
+          anchor: figures.anchor ?? notRun(figures.ours),
+          extra,
+        });
       }
     }
   } finally {
@@ -829,7 +939,7 @@ export async function benchScale(): Promise<void> {
   }
   printTable(
     `Scale on the virtual provider, ours against gardener MCM ${anchorVersion} (real kube-apiserver, fresh per run, 0 s boot)`,
-    HEADER,
+    headerOf(results),
     rowsOf(results),
   );
   const dir = path.join(repoRoot, 'test', 'bench', 'results');

@@ -86,13 +86,14 @@ export class MachineClassController {
   async reconcile(key: string, { log }: ReconcileContext): Promise<ReconcileResult> {
     const cls = this.ctx.informers.machineClasses.getByKey(key);
     if (cls === undefined) return {};
-    const referenced = this.ctx.informers.machines
-      .byIndex(MACHINE_CLASS_INDEX, cls.metadata.name ?? '')
-      .some(
-        (m) =>
-          m.metadata.namespace === cls.metadata.namespace &&
-          (m.spec?.class?.kind ?? MACHINE_CLASS_KIND) === MACHINE_CLASS_KIND,
-      );
+    // Stops at the first machine found: a class of thousands of machines costs no more.
+    const referenced = this.ctx.informers.machines.someByIndex(
+      MACHINE_CLASS_INDEX,
+      cls.metadata.name ?? '',
+      (m) =>
+        m.metadata.namespace === cls.metadata.namespace &&
+        (m.spec?.class?.kind ?? MACHINE_CLASS_KIND) === MACHINE_CLASS_KIND,
+    );
     const has = (cls.metadata.finalizers ?? []).includes(Finalizer.MachineControllerManager);
     try {
       if (referenced && !has && cls.metadata.deletionTimestamp === undefined) {

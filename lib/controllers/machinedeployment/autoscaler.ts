@@ -33,14 +33,20 @@ export async function processTriggerDeletion(
   let state = initial;
   const mcd = state.mcd;
   const machines = ctx.deps.informers.machines;
-  const views = setViews(state.sets, (s) => ctx.machinesOf(s));
+  const views = setViews(state.sets, (s) => {
+    const c = ctx.countsOf(s);
+    return c.all - c.terminating;
+  });
   const plan = planTriggerDeletion({
     mcd,
     now: ctx.now,
     machine: (name) => machines.get(mcd.metadata.namespace, name),
     setOf: (m) => views.get(controllerRefOf(m)?.uid ?? ''),
     sets: [...views.values()],
-    markedMachines: state.sets.flatMap((s) => ctx.machinesOf(s).filter(carriesMark)),
+    // Only sets that have a marked machine are looked through.
+    markedMachines: state.sets
+      .filter((s) => ctx.countsOf(s).marked > 0)
+      .flatMap((s) => ctx.machinesOf(s).filter(carriesMark)),
   });
   for (const d of plan.dropped) ctx.log.verbose('dropping trigger-deletion entry', d);
 

@@ -37,7 +37,7 @@ export async function cleanupOldMachineSets(
   oldSets: readonly MachineSet[],
 ): Promise<DeploymentState> {
   for (const ms of planCleanup(oldSets, state.mcd.spec?.revisionHistoryLimit)) {
-    if (ctx.machinesOf(ms).length > 0) continue;
+    if (ctx.countsOf(ms).all > 0) continue;
     try {
       await ctx.deps.client.delete(MachineSetResource, ms.metadata.name ?? '', {
         namespace: ms.metadata.namespace ?? '',

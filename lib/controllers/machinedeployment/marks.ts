@@ -37,17 +37,13 @@ export interface SetView {
   active: number;
 }
 
-/** The deployment's sets as SetViews, by UID, counting their machines. */
-export function setViews(
-  sets: readonly AnySet[],
-  machinesOf: (s: AnySet) => readonly AnyMachine[],
-): Map<string, SetView> {
+/** The deployment's sets as SetViews, by UID, given how many machines of each are not being deleted. */
+export function setViews(sets: readonly AnySet[], activeOf: (s: AnySet) => number): Map<string, SetView> {
   const views = new Map<string, SetView>();
   for (const s of sets) {
     const uid = s.metadata.uid ?? '';
     if (uid === '') continue;
-    const active = machinesOf(s).filter((m) => !isTerminating(m)).length;
-    views.set(uid, { uid, replicas: replicasOf(s), active });
+    views.set(uid, { uid, replicas: replicasOf(s), active: activeOf(s) });
   }
   return views;
 }
@@ -224,7 +220,10 @@ export function machinesGoing(args: {
     if (list === undefined) bySet.set(uid, [m]);
     else list.push(m);
   }
-  const views = setViews(args.sets, (s) => bySet.get(s.metadata.uid ?? '') ?? []);
+  const views = setViews(
+    args.sets,
+    (s) => (bySet.get(s.metadata.uid ?? '') ?? []).filter((m) => !isTerminating(m)).length,
+  );
   const plan = planTriggerDeletion({
     mcd: args.mcd,
     now: args.now,

@@ -46,6 +46,7 @@ import {
   revisionOf,
   rolloutBounds,
   setReplicaAnnotations,
+  NO_MACHINES,
   setStateOf,
 } from './sets.js';
 
@@ -252,8 +253,8 @@ async function createNewMachineSet(
     strategy: mcd.spec?.strategy?.type,
     replicas: replicasOf(mcd),
     maxSurge,
-    newSet: setStateOf(probe, []),
-    allSets: [...state.sets.map((s) => ctx.stateOf(s)), setStateOf(probe, [])],
+    newSet: setStateOf(probe, NO_MACHINES),
+    allSets: [...state.sets.map((s) => ctx.stateOf(s)), setStateOf(probe, NO_MACHINES)],
   });
   const wanted = buildNewMachineSet(mcd, { hash, revision, replicas, maxSurge });
   const name = wanted.metadata.name ?? '';

@@ -223,9 +223,7 @@ export async function restoreScaleDown(ctx: PassContext, sets: readonly MachineS
 
 /** Old sets still have machines (or are asked for some): the rollout is not over. */
 export function oldSetsActive(ctx: PassContext, oldSets: readonly MachineSet[]): boolean {
-  return oldSets.some(
-    (s) => replicasOf(s) > 0 || (s.status?.replicas ?? 0) > 0 || ctx.machinesOf(s).length > 0,
-  );
+  return oldSets.some((s) => replicasOf(s) > 0 || (s.status?.replicas ?? 0) > 0 || ctx.countsOf(s).all > 0);
 }
 
 /** The rollout's node bookkeeping at its start: taint old nodes, protect all nodes from scale-down. */

@@ -22,6 +22,7 @@ import type { EventRecorder, EventType } from '../../kube/events.js';
 import { CONTROLLER_UID_INDEX, clone, objectKey, type DeepReadonly } from '../../kube/informer.js';
 import type { Logger } from '../../observability/logger.js';
 import { setCondition } from '../conditions.js';
+import type { OwnerCounts } from '../accounting.js';
 import type { ControllerSettings, SharedInformers } from '../context.js';
 import { rolloutBounds, setReplicaAnnotations, setStateOf, type SetState } from './sets.js';
 
@@ -126,8 +127,13 @@ export class PassContext {
     return uid === undefined ? [] : this.deps.informers.machines.byIndex(CONTROLLER_UID_INDEX, uid);
   }
 
+  /** Counts of the set's machines that do not depend on its spec, from the accounting (no scan). */
+  countsOf(ms: AnySet): OwnerCounts {
+    return this.deps.informers.machineCounts.ownerlessCountsOf(ms.metadata.uid ?? '');
+  }
+
   stateOf(ms: AnySet): SetState {
-    return setStateOf(ms, this.machinesOf(ms));
+    return setStateOf(ms, this.countsOf(ms));
   }
 
   /** A failure that must not stop the pass but must fail it at the end (see throwDeferred). */

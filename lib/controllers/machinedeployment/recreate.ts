@@ -49,7 +49,7 @@ export async function rolloutRecreate(ctx: PassContext, initial: DeploymentState
       name: s.metadata.name ?? '',
       replicas: replicasOf(s),
       statusReplicas: s.status?.replicas ?? 0,
-      machines: ctx.machinesOf(s).length,
+      machines: ctx.countsOf(s).all,
     })),
   );
   if (step.scaleDown.length > 0) {

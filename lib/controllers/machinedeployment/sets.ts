@@ -5,9 +5,8 @@
 import { Annotation, OrchestrationType, StrategyType } from '../../api/constants.js';
 import { resolveFenceposts } from '../../api/intstr.js';
 import { replicasOf } from '../../api/replicas.js';
-import type { Machine, MachineDeployment, MachineSet } from '../../api/types.js';
+import type { MachineDeployment, MachineSet } from '../../api/types.js';
 import type { DeepReadonly } from '../../kube/informer.js';
-import { isAvailable, isTerminating } from '../machines.js';
 
 type AnySet = MachineSet | DeepReadonly<MachineSet>;
 type AnyDeployment = MachineDeployment | DeepReadonly<MachineDeployment>;
@@ -134,14 +133,24 @@ export function usable(s: SetState): number {
   return Math.min(s.replicas, s.available);
 }
 
-export function setStateOf(ms: AnySet, machines: readonly (Machine | DeepReadonly<Machine>)[]): SetState {
+/** What a SetState counts of a set's machines (MachineCounts of the accounting has both). */
+export interface SetMachineCounts {
+  /** Machines with the set's controller reference. */
+  all: number;
+  /** …of them available and not being deleted. */
+  available: number;
+}
+
+export const NO_MACHINES: SetMachineCounts = Object.freeze({ all: 0, available: 0 });
+
+export function setStateOf(ms: AnySet, counts: SetMachineCounts): SetState {
   return {
     name: ms.metadata.name ?? '',
     created: createdAt(ms),
     revision: revisionOf(ms) ?? 0,
     replicas: replicasOf(ms),
-    machines: machines.length,
-    available: machines.filter((m) => !isTerminating(m) && isAvailable(m)).length,
+    machines: counts.all,
+    available: counts.available,
     desired: countAnnotation(ms, Annotation.DesiredReplicas),
     maxReplicas: countAnnotation(ms, Annotation.MaxReplicas),
   };

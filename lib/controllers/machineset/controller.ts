@@ -26,6 +26,7 @@ import type { EventRecorder } from '../../kube/events.js';
 import { clone, objectKey, type DeepReadonly } from '../../kube/informer.js';
 import type { Logger } from '../../observability/logger.js';
 import { rfc3339 } from '../conditions.js';
+import type { MachineCounts } from '../accounting.js';
 import type { ControllerContext } from '../context.js';
 import { Expectations } from '../expectations.js';
 import { controllerRefOf, phaseOf, type AnyMachine } from '../machines.js';
@@ -34,12 +35,14 @@ import {
   cachedController,
   claim,
   controllerReference,
+  planClaim,
   removeFinalizer,
+  type Owner,
   selectingOwners,
 } from '../ownership.js';
 import { planAutoPreservation, propagationPatch } from './propagate.js';
-import { planReplicas, slowStartBatch } from './replicas.js';
-import { ReplicaFailureReason, calculateStatus } from './status.js';
+import { planReplicas, planReplicasFromCounts, slowStartBatch, type ReplicaPlan } from './replicas.js';
+import { ReplicaFailureReason, calculateStatus, calculateStatusFromCounts } from './status.js';
 
 /** MCM re-syncs every MachineSet this often even without events. */
 export const MACHINESET_RESYNC_MS = 10 * 60 * 1000;
@@ -190,6 +193,12 @@ export class MachineSetController {
       ms = await addFinalizer(this.ctx.client, MachineSetResource, ms, Finalizer.MachineControllerManager);
     }
 
+    if (!deleting) {
+      const counts = this.ctx.informers.machineCounts.countsOf(cached);
+      const quick = this.fromCounts(ms, counts, this.expectations.satisfied(key));
+      if (quick !== undefined) return this.reconcileFromCounts(ms, quick, now, log);
+    }
+
     let machines = await this.claimMachines(ms, deleting);
     await this.propagateTemplate(ms, machines);
     machines = await this.manageAutoPreservation(ms, machines);
@@ -241,6 +250,64 @@ export class MachineSetController {
     return { requeueAfter: MACHINESET_RESYNC_MS };
   }
 
+  /**
+   * What a pass would do, from the set's machine counts alone, when they prove it needs no machine
+   * in hand: nothing to adopt, release, propagate or auto-preserve, no failed machine, and no
+   * machine to pick for deletion (when the expectations let it act at all). Undefined when the
+   * machines must be looked at.
+   */
+  private fromCounts(
+    ms: MachineSet,
+    counts: MachineCounts,
+    satisfied: boolean,
+  ): { plan: ReplicaPlan<never> | undefined; counts: MachineCounts } | undefined {
+    if (counts.releasable > 0 || counts.selectedNeedingPropagation > 0) return undefined;
+    if (counts.selectedAutoPreserved > (ms.spec?.autoPreserveFailedMachineMax ?? 0)) return undefined;
+    const orphans = this.ctx.informers.machineCounts.orphans(ms.metadata.namespace);
+    if (orphans.length > 0 && planClaim(this.owner(ms, false), ms.spec?.selector, orphans).adopt.length > 0)
+      return undefined;
+    let plan: ReplicaPlan<never> | undefined;
+    if (satisfied) {
+      plan = planReplicasFromCounts(ms, counts, this.ctx.settings.burstReplicas);
+      if (plan === undefined) return undefined;
+    }
+    // calculateStatusFromCounts needs no failed machine (checked again there).
+    if (counts.selectedFailed > 0 || counts.selectedFailedOperation > 0) return undefined;
+    return { plan, counts };
+  }
+
+  /** A pass decided from the counts (fromCounts): create machines if the plan says so, and status. */
+  private async reconcileFromCounts(
+    ms: MachineSet,
+    quick: { plan: ReplicaPlan<never> | undefined; counts: MachineCounts },
+    now: number,
+    log: Logger,
+  ): Promise<ReconcileResult> {
+    const key = objectKey(ms);
+    let failure: ReplicaFailure | undefined;
+    if (quick.plan === undefined) {
+      log.debug(
+        'waiting for earlier creations/deletions to show up in the cache',
+        this.expectations.pending(key),
+      );
+    } else {
+      failure = await this.executePlan(ms, quick.plan, log);
+    }
+    const status = calculateStatusFromCounts({
+      ms,
+      counts: quick.counts,
+      now,
+      replicaFailure:
+        failure === undefined ? undefined : { reason: failure.reason, message: failure.message },
+    });
+    if (status === undefined) throw new Error(`MachineSet ${key}: status from counts with failed machines`);
+    await this.writeStatus(ms, status);
+    if (failure !== undefined) {
+      throw new Error(`MachineSet ${key}: ${failure.message}`, { cause: failure.error });
+    }
+    return { requeueAfter: MACHINESET_RESYNC_MS };
+  }
+
   private async writeStatus(ms: MachineSet, status: MachineSetStatus): Promise<void> {
     if (jsonEqual(ms.status ?? {}, status)) return;
     await this.ctx.client.updateStatus(MachineSetResource, { ...ms, status });
@@ -253,16 +320,20 @@ export class MachineSetController {
       ownerRes: MachineSetResource,
       childRes: MachineResource,
       children: this.ctx.informers.machines,
-      owner: {
-        apiVersion: API_VERSION,
-        kind: MachineSetResource.kind,
-        name: ms.metadata.name ?? '',
-        uid: ms.metadata.uid ?? '',
-        deleting,
-      },
+      owner: this.owner(ms, deleting),
       namespace: ms.metadata.namespace,
       selector: ms.spec?.selector,
     });
+  }
+
+  private owner(ms: MachineSet, deleting: boolean): Owner {
+    return {
+      apiVersion: API_VERSION,
+      kind: MachineSetResource.kind,
+      name: ms.metadata.name ?? '',
+      uid: ms.metadata.uid ?? '',
+      deleting,
+    };
   }
 
   private async propagateTemplate(ms: MachineSet, machines: readonly AnyMachine[]): Promise<void> {
@@ -308,8 +379,20 @@ export class MachineSetController {
     machines: readonly AnyMachine[],
     log: Logger,
   ): Promise<ReplicaFailure | undefined> {
+    return this.executePlan(
+      ms,
+      planReplicas(ms, machines, this.ctx.clock.now(), this.ctx.settings.burstReplicas),
+      log,
+    );
+  }
+
+  /** Creates or deletes machines as planned; returns the failure to report, if any. */
+  private async executePlan(
+    ms: MachineSet,
+    plan: ReplicaPlan<AnyMachine>,
+    log: Logger,
+  ): Promise<ReplicaFailure | undefined> {
     const key = objectKey(ms);
-    const plan = planReplicas(ms, machines, this.ctx.clock.now(), this.ctx.settings.burstReplicas);
     if (plan.scaleUpBlocked !== undefined) {
       log.verbose('not creating machines', { reason: plan.scaleUpBlocked });
       return undefined;

@@ -2,6 +2,7 @@ import { Annotation, DELETE_FIRST_MACHINE_PRIORITY, Label, LabelValue } from '..
 import { replicasOf } from '../../api/replicas.js';
 import type { MachineSet } from '../../api/types.js';
 import type { DeepReadonly } from '../../kube/informer.js';
+import type { MachineCounts } from '../accounting.js';
 import {
   compareForDeletion,
   isFailed,
@@ -59,21 +60,7 @@ export function planReplicas<M extends AnyMachine>(
   };
 
   const diff = active.length - replicas;
-  if (diff < 0) {
-    if (
-      ms.metadata.labels?.[Label.Freeze] === LabelValue.True &&
-      ms.metadata.deletionTimestamp === undefined
-    ) {
-      plan.scaleUpBlocked = 'frozen';
-      return plan;
-    }
-    if (ms.metadata.labels?.[Label.ScaleUpDisabled] !== undefined) {
-      plan.scaleUpBlocked = 'scale-up-disabled';
-      return plan;
-    }
-    plan.create = Math.min(-diff, burst);
-    return plan;
-  }
+  if (diff < 0) return planCreations(ms, -diff, burst);
 
   const surplus = removable.length - replicas;
   if (surplus > 0) {
@@ -99,6 +86,42 @@ export function planReplicas<M extends AnyMachine>(
     if (isFailed(m) && !shouldKeepFailedMachine(m, now)) take(m, 'failed');
   }
   return plan;
+}
+
+/** The plan when `missing` machines are missing: create them, unless scale-up is blocked. */
+function planCreations(
+  ms: MachineSet | DeepReadonly<MachineSet>,
+  missing: number,
+  burst: number,
+): ReplicaPlan<never> {
+  if (ms.metadata.labels?.[Label.Freeze] === LabelValue.True && ms.metadata.deletionTimestamp === undefined)
+    return { create: 0, delete: [], scaleUpBlocked: 'frozen' };
+  if (ms.metadata.labels?.[Label.ScaleUpDisabled] !== undefined)
+    return { create: 0, delete: [], scaleUpBlocked: 'scale-up-disabled' };
+  return { create: Math.min(missing, burst), delete: [] };
+}
+
+/**
+ * planReplicas from the set's machine counts alone, when they prove that it would pick no
+ * machine to delete: too few machines, or no surplus, no autoscaler mark and no Failed machine.
+ * Undefined otherwise: then the machines must be looked at (planReplicas).
+ */
+export function planReplicasFromCounts(
+  ms: MachineSet | DeepReadonly<MachineSet>,
+  counts: Pick<
+    MachineCounts,
+    'selected' | 'selectedTerminating' | 'selectedUpdateSuccessful' | 'selectedMarkedFirst' | 'selectedFailed'
+  >,
+  burst: number,
+): ReplicaPlan<never> | undefined {
+  const replicas = replicasOf(ms);
+  const active = counts.selected - counts.selectedTerminating;
+  if (active < replicas) return planCreations(ms, replicas - active, burst);
+  if (active - counts.selectedUpdateSuccessful > replicas) return undefined;
+  const scalerTime = ms.metadata.annotations?.[Annotation.LastDeploymentReplicaChangeByScalerTime];
+  if (scalerTime !== undefined && active > replicas && counts.selectedMarkedFirst > 0) return undefined;
+  if (counts.selectedFailed > 0) return undefined;
+  return { create: 0, delete: [] };
 }
 
 /**

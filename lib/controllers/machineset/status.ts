@@ -8,6 +8,7 @@ import {
 import type { MachineSet, MachineSetStatus, MachineSummary } from '../../api/types.js';
 import type { DeepReadonly } from '../../kube/informer.js';
 import { selectorMatches, selectorToString } from '../../kube/labels.js';
+import type { MachineCounts } from '../accounting.js';
 import { removeCondition, setCondition } from '../conditions.js';
 import { isAvailable, isFailed, isPreserved, isReady, isTerminating, type AnyMachine } from '../machines.js';
 
@@ -26,15 +27,21 @@ function summary(m: AnyMachine, owner: string): MachineSummary {
   return s;
 }
 
+/** What a MachineSet's status reports about its machines. */
+interface MachineTally {
+  replicas: number;
+  fullyLabeledReplicas: number;
+  readyReplicas: number;
+  availableReplicas: number;
+  preservedFailedReplicas: number;
+  autoPreserveFailedMachineCount: number;
+  failed: readonly AnyMachine[];
+}
+
 /** The status a MachineSet should have for the machines it owns (pure). */
 export function calculateStatus({ ms, machines, now, replicaFailure }: StatusInput): MachineSetStatus {
-  const prev = (ms.status ?? {}) as MachineSetStatus;
   const templateLabels = ms.spec?.template?.metadata?.labels ?? {};
-  const failed = machines.filter(
-    (m) => m.status?.lastOperation?.state === MachineState.Failed && !(isFailed(m) && isPreserved(m, now)),
-  );
-  const status: MachineSetStatus = {
-    ...structuredClone(prev),
+  return statusOf(ms, now, replicaFailure, {
     replicas: machines.length,
     fullyLabeledReplicas: machines.filter((m) =>
       selectorMatches({ matchLabels: templateLabels }, m.metadata.labels),
@@ -46,7 +53,45 @@ export function calculateStatus({ ms, machines, now, replicaFailure }: StatusInp
     autoPreserveFailedMachineCount: machines.filter(
       (m) => m.metadata.annotations?.[Annotation.Preserve] === PreserveValue.AutoPreserved,
     ).length,
-  };
+    failed: machines.filter(
+      (m) => m.status?.lastOperation?.state === MachineState.Failed && !(isFailed(m) && isPreserved(m, now)),
+    ),
+  });
+}
+
+/**
+ * calculateStatus from the set's machine counts (the same result), when they prove that no
+ * machine failed: then no machine is listed and none is preserved after failing. Undefined
+ * otherwise.
+ */
+export function calculateStatusFromCounts(args: {
+  ms: MachineSet | DeepReadonly<MachineSet>;
+  counts: MachineCounts;
+  now: number;
+  replicaFailure?: { reason: string; message: string } | undefined;
+}): MachineSetStatus | undefined {
+  const { counts } = args;
+  if (counts.selectedFailed > 0 || counts.selectedFailedOperation > 0) return undefined;
+  return statusOf(args.ms, args.now, args.replicaFailure, {
+    replicas: counts.selected,
+    fullyLabeledReplicas: counts.selectedFullyLabeled,
+    readyReplicas: counts.selectedReady,
+    availableReplicas: counts.selectedAvailable,
+    preservedFailedReplicas: 0,
+    autoPreserveFailedMachineCount: counts.selectedAutoPreserved,
+    failed: [],
+  });
+}
+
+function statusOf(
+  ms: MachineSet | DeepReadonly<MachineSet>,
+  now: number,
+  replicaFailure: { reason: string; message: string } | undefined,
+  tally: MachineTally,
+): MachineSetStatus {
+  const prev = (ms.status ?? {}) as MachineSetStatus;
+  const { failed, ...counts } = tally;
+  const status: MachineSetStatus = { ...structuredClone(prev), ...counts };
   if (ms.metadata.generation !== undefined) status.observedGeneration = ms.metadata.generation;
   if (ms.spec?.selector !== undefined) status.labelSelector = selectorToString(ms.spec.selector);
   if (failed.length > 0) status.failedMachines = failed.map((m) => summary(m, ms.metadata.name ?? ''));

@@ -209,11 +209,16 @@ export class OvershootSafetyController {
     return cachedController(this.ctx.informers.machineDeployments, ms, MachineDeploymentResource.kind);
   }
 
-  /** Machines that count toward a set's overshoot: owned, carrying the template labels, staying. */
+  /**
+   * Machines that count toward a set's overshoot: owned, carrying the template labels, staying.
+   * Without standing autoscaler marks that is a number the accounting keeps; with them, the
+   * deployment's machines are looked at to find the marked ones.
+   */
   countMachines(ms: CachedMachineSet, mcd: CachedMachineDeployment | undefined): number {
+    if (mcd?.metadata.annotations?.[Annotation.TriggerDeletionByMCM] === undefined)
+      return this.ctx.informers.machineCounts.countsOf(ms).stayingTemplated;
     const machines = this.ctx.informers.machines;
     const owned = machines.byIndex(CONTROLLER_UID_INDEX, ms.metadata.uid ?? '');
-    if (mcd === undefined) return overshootCount(ms, owned, new Set());
     const sets = this.setsOf(mcd);
     const going = machinesGoing({
       mcd,

@@ -151,6 +151,9 @@ describe('Informer (against the in-memory API)', () => {
     await api.update(widgets, b);
     await eventually(() => inf.byIndex('tier', 'silver').length === 1, 'label index updated');
     expect(inf.byIndex('tier', 'gold')).to.deep.equal([]);
+    expect(inf.someByIndex('tier', 'silver', (o) => o.metadata.name === 'b')).to.equal(true);
+    expect(inf.someByIndex('tier', 'silver', (o) => o.metadata.name === 'a')).to.equal(false);
+    expect(inf.someByIndex('tier', 'gold', () => true)).to.equal(false);
     expect(inf.byIndex(CONTROLLER_UID_INDEX, 'owner-1').map((o) => o.metadata.name)).to.deep.equal(['b']);
     expect(inf.list('ns')).to.have.length(2);
     expect(inf.list('other')).to.have.length(0);

@@ -1,0 +1,188 @@
+// The "null manager" of the scale bench's floor: the fewest API requests per machine our design
+// makes, with no controller logic and no cache beyond one watch, so that a run measures what the
+// control plane itself (kube-apiserver and etcd on this machine) takes for our request mix.
+//
+// It watches the bench's MachineDeployment and follows its spec.replicas. Each new machine:
+// create the bootstrap-token Secret, create the Machine (with its finalizer), create the VM (the
+// virtual cloud's Node), patch the Machine with providerID and node label, patch its status to
+// Pending and then to Running, delete the token: 7 requests. Each machine going: delete the
+// Machine, patch its status to Terminating, delete the VM, remove the finalizer: 4 requests.
+// Not a product: no retries beyond the client's, no ownership, no events.
+//
+// node dist/test/bench/nullmanager.js --kubeconfig=F --namespace=NS --deployment=NAME
+//   --kube-api-qps=Q --kube-api-burst=B --port=P [--workers=50]
+
+import http from 'node:http';
+
+import { MachinePhase } from '../../lib/api/constants.js';
+import {
+  API_VERSION,
+  MachineDeploymentResource,
+  MachineResource,
+  type Machine,
+  type MachineDeployment,
+} from '../../lib/api/types.js';
+import { KubeClient } from '../../lib/kube/client.js';
+import { Informer, type DeepReadonly } from '../../lib/kube/informer.js';
+import { KubeConfig } from '../../lib/kube/kubeconfig.js';
+import { CoreResources } from '../../lib/kube/resources.js';
+import { nullLogger } from '../../lib/observability/logger.js';
+import { DEFAULT_SHAPE } from '../../lib/providers/virtual/spec.js';
+import { buildVmNode } from '../../lib/providers/virtual/vm.js';
+
+const FINALIZER = 'machine.sapcloud.io/machine-controller-manager';
+
+function flag(name: string, fallback?: string): string {
+  const arg = process.argv.find((a) => a.startsWith(`--${name}=`));
+  const v = arg === undefined ? fallback : arg.slice(name.length + 3);
+  if (v === undefined) throw new Error(`null manager: --${name} is required`);
+  return v;
+}
+
+const namespace = flag('namespace');
+const deployment = flag('deployment');
+const workers = Number(flag('workers', '50'));
+const client = new KubeClient({
+  kubeConfig: KubeConfig.fromFile(flag('kubeconfig')),
+  qps: Number(flag('kube-api-qps')),
+  burst: Number(flag('kube-api-burst')),
+  userAgent: 'mcm-null-manager',
+});
+
+/** Machines that exist (created and not yet deleted), by name, in creation order. */
+const live = new Set<string>();
+let wanted = 0;
+let serial = 0;
+let running = 0;
+const queue: (() => Promise<void>)[] = [];
+
+function now(): string {
+  return new Date().toISOString().replace(/\.\d{3}Z$/, 'Z');
+}
+
+async function statusPhase(name: string, phase: MachinePhase): Promise<void> {
+  await client.patch(
+    MachineResource,
+    name,
+    { status: { currentStatus: { phase, lastUpdateTime: now() } } },
+    { type: 'merge', namespace, subresource: 'status' },
+  );
+}
+
+async function createOne(name: string): Promise<void> {
+  const token = `bootstrap-token-${name}`;
+  await client.create(CoreResources.secrets, {
+    apiVersion: 'v1',
+    kind: 'Secret',
+    metadata: { name: token, namespace: 'default' },
+    type: 'bootstrap.kubernetes.io/token',
+    stringData: { 'token-id': name.slice(-6), 'token-secret': 'x'.repeat(16) },
+  });
+  const machine: Machine = {
+    apiVersion: API_VERSION,
+    kind: MachineResource.kind,
+    metadata: { name, namespace, finalizers: [FINALIZER], labels: { 'test-label': 'test-label' } },
+    spec: { class: { kind: 'MachineClass', name: 'bench' } },
+  };
+  await client.create(MachineResource, machine);
+  const node = buildVmNode(
+    {
+      name,
+      machine: name,
+      machineClass: 'bench',
+      shape: DEFAULT_SHAPE,
+      bootAt: Date.now(),
+      notReadyAt: undefined,
+      bootNeverCompletes: false,
+    },
+    Date.now(),
+  );
+  await client.create(CoreResources.nodes, node);
+  await client.patch(
+    MachineResource,
+    name,
+    { metadata: { labels: { node: name } }, spec: { providerID: node.spec?.providerID } },
+    { type: 'merge', namespace },
+  );
+  await statusPhase(name, MachinePhase.Pending);
+  await statusPhase(name, MachinePhase.Running);
+  await client.delete(CoreResources.secrets, token, { namespace: 'default' });
+}
+
+async function deleteOne(name: string): Promise<void> {
+  await client.delete(MachineResource, name, { namespace });
+  await statusPhase(name, MachinePhase.Terminating);
+  await client.delete(CoreResources.nodes, name);
+  await client.patch(MachineResource, name, { metadata: { finalizers: null } }, { type: 'merge', namespace });
+}
+
+function pump(): void {
+  while (running < workers) {
+    const job = queue.shift();
+    if (job === undefined) return;
+    running++;
+    void job()
+      .catch((err: unknown) => {
+        console.error('null manager:', err);
+      })
+      .finally(() => {
+        running--;
+        pump();
+      });
+  }
+}
+
+/** Queues creations or deletions so that `live` goes to `wanted`. */
+function follow(): void {
+  while (live.size < wanted) {
+    const name = `${deployment}-${(serial++).toString(36).padStart(6, '0')}`;
+    live.add(name);
+    queue.push(() => createOne(name));
+  }
+  for (const name of live) {
+    if (live.size <= wanted) break;
+    live.delete(name);
+    queue.push(() => deleteOne(name));
+  }
+  pump();
+}
+
+async function observe(md: DeepReadonly<MachineDeployment>): Promise<void> {
+  wanted = md.spec?.replicas ?? 0;
+  follow();
+  const generation = md.metadata.generation ?? 0;
+  if ((md.status?.observedGeneration ?? 0) < generation) {
+    await client.patch(
+      MachineDeploymentResource,
+      deployment,
+      { status: { observedGeneration: generation } },
+      { type: 'merge', namespace, subresource: 'status' },
+    );
+  }
+}
+
+const deployments = new Informer<MachineDeployment>({
+  client,
+  resource: MachineDeploymentResource,
+  namespace,
+  fieldSelector: `metadata.name=${deployment}`,
+  logger: nullLogger,
+});
+const onDeployment = (md: DeepReadonly<MachineDeployment>): void => {
+  observe(md).catch((err: unknown) => {
+    console.error('null manager:', err);
+  });
+};
+deployments.addHandler({
+  onAdd: onDeployment,
+  onUpdate: (_old, md) => {
+    onDeployment(md);
+  },
+});
+deployments.start();
+
+http
+  .createServer((_req, res) => {
+    res.writeHead(200).end('ok');
+  })
+  .listen(Number(flag('port')), '127.0.0.1');
