@@ -18,7 +18,9 @@ import {
 import { CreateInstanceProfileCommand, IAMClient } from '@aws-sdk/client-iam';
 import yaml from 'js-yaml';
 
-import type { MachineClass } from '../../lib/api/types.js';
+import { MachineClassResource, type MachineClass } from '../../lib/api/types.js';
+import type { KubeApi } from '../../lib/kube/client.js';
+import { CoreResources } from '../../lib/kube/resources.js';
 import type { Secret } from '../../lib/kube/types.js';
 import { repoRoot } from './tools.js';
 
@@ -111,3 +113,28 @@ export async function taggedInstances(ec2: EC2Client, tagKey = CLUSTER_TAG): Pro
 export const isLive = (i: Instance): boolean => ['pending', 'running'].includes(i.State?.Name ?? '');
 export const tagOf = (i: Instance, key: string): string | undefined =>
   i.Tags?.find((t) => t.Key === key)?.Value;
+
+/** The instance id of a providerID, the driver's (`aws:///<region>/<id>`) or a kubelet's (`aws:///<zone>/<id>`). */
+export const instanceIdOf = (providerID: string): string => providerID.slice(providerID.lastIndexOf('/') + 1);
+
+/**
+ * gardener's sample class (edited as asked) named `name`, with a sample Secret `<name>-secret` of
+ * its own, created in namespace.
+ */
+export async function applySampleClass(
+  client: KubeApi,
+  cloud: Ec2Cloud,
+  namespace: string,
+  name: string,
+  edit: (c: MachineClass) => void = () => undefined,
+): Promise<void> {
+  const secret = sampleSecret();
+  secret.metadata.name = `${name}-secret`;
+  secret.metadata.namespace = namespace;
+  await client.create<Secret>(CoreResources.secrets, secret);
+  const cls = sampleMachineClass(cloud, name);
+  cls.metadata.namespace = namespace;
+  cls.secretRef = { namespace, name: `${name}-secret` };
+  edit(cls);
+  await client.create<MachineClass>(MachineClassResource, cls);
+}

@@ -13,7 +13,6 @@ import {
 
 import { MachinePhase } from '../../lib/api/constants.js';
 import {
-  MachineClassResource,
   MachineDeploymentResource,
   MachineResource,
   type Machine,
@@ -30,8 +29,8 @@ import {
   ROLE_TAG,
   isLive,
   provisionCloud,
-  sampleMachineClass,
-  sampleSecret,
+  applySampleClass,
+  instanceIdOf,
   tagOf,
   taggedInstances,
   type Ec2Cloud,
@@ -42,8 +41,6 @@ import { until } from './env/until.js';
 
 const isReady = (n: Node): boolean =>
   n.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
-
-const instanceIdOf = (providerID: string): string => providerID.slice(providerID.lastIndexOf('/') + 1);
 
 describe('AWS provider on the EC2 emulator (real kube-apiserver, kwok, moto)', function () {
   this.timeout(240_000);
@@ -101,18 +98,8 @@ describe('AWS provider on the EC2 emulator (real kube-apiserver, kwok, moto)', f
     cloud.iam.destroy();
   });
 
-  async function applySample(
-    className: string,
-    edit: (c: MachineClass) => void = () => undefined,
-  ): Promise<void> {
-    const secret = sampleSecret();
-    secret.metadata.name = `${className}-secret`;
-    await env.client.create<Secret>(CoreResources.secrets, secret);
-    const cls = sampleMachineClass(cloud, className);
-    cls.secretRef = { namespace: NS, name: `${className}-secret` };
-    edit(cls);
-    await env.client.create<MachineClass>(MachineClassResource, cls);
-  }
+  const applySample = (name: string, edit?: (c: MachineClass) => void): Promise<void> =>
+    applySampleClass(env.client, cloud, NS, name, edit);
 
   /** The machines of a deployment, all Running, each with a Ready Node of its instance. */
   async function runningFleet(app: string, n: number): Promise<Machine[] | undefined> {

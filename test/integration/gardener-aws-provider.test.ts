@@ -19,8 +19,7 @@ import {
   type Machine,
   type MachineClass,
 } from '../../lib/api/types.js';
-import { CoreResources } from '../../lib/kube/resources.js';
-import type { Node, Secret } from '../../lib/kube/types.js';
+import type { Node } from '../../lib/kube/types.js';
 import { Ec2KubeletSimulator } from '../harness/ec2kubelet.js';
 import {
   CLUSTER_TAG,
@@ -28,8 +27,8 @@ import {
   ROLE_TAG,
   isLive,
   provisionCloud,
-  sampleMachineClass,
-  sampleSecret,
+  applySampleClass,
+  instanceIdOf,
   tagOf,
   taggedInstances,
   type Ec2Cloud,
@@ -40,8 +39,6 @@ import type { ManagedProcess } from '../harness/process.js';
 import { FleetWatch } from './env/fleetwatch.js';
 import { LifecycleEnv, NS, phaseOf } from './env/lifecycle.js';
 import { until } from './env/until.js';
-
-const instanceIdOf = (providerID: string): string => providerID.slice(providerID.lastIndexOf('/') + 1);
 
 const isReady = (n: Node): boolean =>
   n.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
@@ -80,15 +77,8 @@ describe('beside gardener’s AWS machine-controller (provider-aws v0.28.0, real
     );
   }
 
-  async function applyClass(name: string, edit: (c: MachineClass) => void = () => undefined): Promise<void> {
-    const secret = sampleSecret();
-    secret.metadata.name = `${name}-secret`;
-    await env.client.create<Secret>(CoreResources.secrets, secret);
-    const cls = sampleMachineClass(cloud, name);
-    cls.secretRef = { namespace: NS, name: `${name}-secret` };
-    edit(cls);
-    await env.client.create<MachineClass>(MachineClassResource, cls);
-  }
+  const applyClass = (name: string, edit?: (c: MachineClass) => void): Promise<void> =>
+    applySampleClass(env.client, cloud, NS, name, edit);
 
   before(async function () {
     this.timeout(240_000);
