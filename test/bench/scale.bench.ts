@@ -53,8 +53,18 @@ const AT_REST_SECONDS = 30;
 const QUIET_MS = 5000;
 /** …or, at the latest, this long after the goal (the anchor at 5,000 machines never falls quiet). */
 const SETTLE_MAX_MS = 300_000;
-/** How long a change may take to reach its goal before the run fails. */
-const CONVERGE_MAX_MS = 3_600_000;
+/**
+ * How long a change may take to reach its goal (MCM_BENCH_SCALE_PHASE_LIMIT_MIN, default 60): a
+ * side that has not reached it then is reported with where it stood, and the run goes on.
+ */
+const PHASE_LIMIT_MS = phaseLimitMs(process.env.MCM_BENCH_SCALE_PHASE_LIMIT_MIN);
+
+function phaseLimitMs(env: string | undefined): number {
+  const min = Number(env ?? '60');
+  if (!(min > 0))
+    throw new Error(`MCM_BENCH_SCALE_PHASE_LIMIT_MIN: "${env ?? ''}" is not a number of minutes`);
+  return min * 60_000;
+}
 /** Workers: gardener's defaults on both sides (MCM 10 per controller, machine-controller 50). */
 const CONCURRENT_SYNCS = 10;
 const MACHINE_CONCURRENT_SYNCS = 50;
@@ -111,6 +121,8 @@ interface Figures {
   peakRssMiB: number;
   /** CPU seconds of the whole run, start-up and scale-down included. */
   cpuSeconds: number;
+  /** Where the fleet stood at PHASE_LIMIT_MS, for each change that did not reach its goal by then. */
+  stood: Partial<Record<PhaseName, string>>;
   /** Requests per machine during 0 → N by verb and resource, largest first. */
   upBreakdown: [string, number][];
   /** The same by client (user agent without version). */
@@ -452,14 +464,21 @@ function usage(procs: ManagedProcess[]): { peakRssMiB: number; cpuSeconds: numbe
 
 /** Resolves with the fleet's time of reaching `goal`; fails after `timeoutMs`. */
 async function reach(fleet: Fleet, goal: Goal, what: string, timeoutMs: number): Promise<number> {
+  const at = await reachWithin(fleet, goal, timeoutMs);
+  if (at === undefined) throw new Error(`timed out waiting for ${what}`);
+  return at;
+}
+
+/** The fleet's time of reaching `goal`, or undefined when it has not within `limitMs`. */
+async function reachWithin(fleet: Fleet, goal: Goal, limitMs: number): Promise<number | undefined> {
   let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
+  const limit = new Promise<undefined>((resolve) => {
     timer = setTimeout(() => {
-      reject(new Error(`timed out waiting for ${what}`));
-    }, timeoutMs);
+      resolve(undefined);
+    }, limitMs);
   });
   try {
-    return await Promise.race([fleet.until(goal), timeout]);
+    return await Promise.race([fleet.until(goal), limit]);
   } finally {
     clearTimeout(timer);
   }
@@ -472,8 +491,12 @@ interface Observed {
   fleet: Fleet;
 }
 
+type PhaseName = 'up' | 'down' | 'rollout';
+
 /** One change, from the request that makes it to its goal, then until the implementation is quiet. */
 interface Phase {
+  /** Where the fleet stood when the goal was not reached within PHASE_LIMIT_MS (figures then NaN). */
+  stood?: string;
   seconds: number;
   /** Requests received from the start until the goal. */
   requests: AuditRecord[];
@@ -489,11 +512,22 @@ interface Phase {
  * Makes a change (`start`), takes time, requests and CPU at the moment its goal is seen in a watch
  * event, then waits for the implementation to fall quiet, so the next phase starts from rest.
  */
-async function measure(o: Observed, what: string, start: () => Promise<unknown>, goal: Goal): Promise<Phase> {
+async function measure(
+  o: Observed,
+  start: () => Promise<unknown>,
+  goal: Goal,
+  where: (f: Fleet) => string,
+): Promise<Phase> {
   const cpu0 = usage(o.procs).cpuSeconds;
   const t0 = Date.now();
   await start();
-  const reached = await reach(o.fleet, goal, what, CONVERGE_MAX_MS);
+  const reached = await reachWithin(o.fleet, goal, PHASE_LIMIT_MS);
+  if (reached === undefined) {
+    // Not reached: say where it stood; no per-machine figure of a change that did not happen.
+    const stood = where(o.fleet);
+    console.log(`scale: goal not reached within ${PHASE_LIMIT_MS / 60_000} min: ${stood}`);
+    return { stood, seconds: NaN, requests: [], cpuSeconds: NaN, settleSeconds: NaN, settleRequests: NaN };
+  }
   const cpuSeconds = usage(o.procs).cpuSeconds - cpu0;
   const settled = await o.audit.quiet(reached);
   return {
@@ -509,7 +543,7 @@ async function measure(o: Observed, what: string, start: () => Promise<unknown>,
 function perMachine(p: Phase | undefined, n: number) {
   return {
     seconds: p?.seconds ?? NaN,
-    requestsPerMachine: p === undefined ? NaN : p.requests.length / n,
+    requestsPerMachine: p === undefined || p.stood !== undefined ? NaN : p.requests.length / n,
     cpuMsPerMachine: p === undefined ? NaN : (p.cpuSeconds * 1000) / n,
     settleSeconds: p?.settleSeconds ?? NaN,
     settleRequests: p?.settleRequests ?? NaN,
@@ -530,7 +564,6 @@ async function rollingUpdate(
   o.fleet.resetPeak();
   const phase = await measure(
     o,
-    `the rolling update of ${n} machines`,
     () =>
       client.patch(
         MachineDeploymentResource,
@@ -548,6 +581,7 @@ async function rollingUpdate(
         { type: 'merge', namespace: NAMESPACE },
       ),
     rolledOut(n, ROLLOUT_CLASS),
+    (f) => `${f.runningOfClass(ROLLOUT_CLASS)} of ${n} Running on the new class, ${f.machineCount} machines`,
   );
   return { phase, beyondLimit: Math.max(0, o.fleet.peakLive - (n + maxSurge)) };
 }
@@ -605,7 +639,7 @@ async function run(
 
     const scale = (replicas: number) => () =>
       client.scale(MachineDeploymentResource, 'bench', NAMESPACE, replicas);
-    const up = await measure(o, `${n} machines Running`, scale(n), allRunning(n));
+    const up = await measure(o, scale(n), allRunning(n), (f) => `${f.running} of ${n} Running`);
 
     // At rest: nothing changes, so nothing should be requested.
     const tRest = Date.now();
@@ -619,7 +653,12 @@ async function run(
     );
     const rollout = wanted ? await rollingUpdate(client, o, n) : undefined;
 
-    const down = await measure(o, '0 machines and 0 VMs', scale(0), noneLeft);
+    const down = await measure(
+      o,
+      scale(0),
+      noneLeft,
+      (f) => `${f.machineCount} machines and ${f.vmCount} VMs left`,
+    );
     const end = usage(procs);
 
     const u = perMachine(up, n);
@@ -627,12 +666,14 @@ async function run(
     const d = perMachine(down, n);
     return {
       upSeconds: u.seconds,
-      upRequestRate: up.requests.length / up.seconds,
+      upRequestRate: up.stood === undefined ? up.requests.length / up.seconds : NaN,
       upRequestsPerMachine: u.requestsPerMachine,
       upCpuMsPerMachine: u.cpuMsPerMachine,
       upSettleSeconds: u.settleSeconds,
       upSettleRequests: u.settleRequests,
-      restRequestsPerSecond: audit.within(tRest, tRestEnd).length / ((tRestEnd - tRest) / 1000),
+      // Not at rest when 0→N was not done.
+      restRequestsPerSecond:
+        up.stood === undefined ? audit.within(tRest, tRestEnd).length / ((tRestEnd - tRest) / 1000) : NaN,
       downSeconds: d.seconds,
       downRequestsPerMachine: d.requestsPerMachine,
       downCpuMsPerMachine: d.cpuMsPerMachine,
@@ -646,6 +687,11 @@ async function run(
       rolloutSettleRequests: r.settleRequests,
       peakRssMiB: end.peakRssMiB,
       cpuSeconds: end.cpuSeconds,
+      stood: {
+        ...(up.stood === undefined ? {} : { up: up.stood }),
+        ...(down.stood === undefined ? {} : { down: down.stood }),
+        ...(rollout?.phase.stood === undefined ? {} : { rollout: rollout.phase.stood }),
+      },
       upBreakdown: breakdown(up.requests, n, (x) => `${x.verb} ${x.resource}`),
       upClients: breakdown(up.requests, n, (x) => x.client),
     };
@@ -665,7 +711,7 @@ async function run(
 const ROLLOUT = `rolling update of all N (maxSurge ${ROLLOUT_MAX_SURGE_PERCENT} %, maxUnavailable 0)`;
 
 /** Each figure says what it counts and until when (see markdown() for the definitions). */
-const FIGURES: [keyof Omit<Figures, 'upBreakdown' | 'upClients'>, string][] = [
+const FIGURES: [keyof Omit<Figures, 'upBreakdown' | 'upClients' | 'stood'>, string][] = [
   ['upSeconds', '0→N: s until all N Running'],
   ['upRequestRate', '0→N: API requests/s until all N Running'],
   ['upRequestsPerMachine', '0→N: API requests/machine until all N Running'],
@@ -693,6 +739,24 @@ function fmt(n: number): string {
   if (!Number.isFinite(n)) return '–';
   if (Number.isInteger(n)) return String(n);
   return n >= 100 ? n.toFixed(0) : n >= 10 ? n.toFixed(1) : n.toFixed(2);
+}
+
+/** The time of a change that did not reach its goal: the limit and where it stood then. */
+const STOOD_AT: Partial<Record<keyof Figures, PhaseName>> = {
+  upSeconds: 'up',
+  downSeconds: 'down',
+  rolloutSeconds: 'rollout',
+};
+
+/** A figure's cell: its value, or for the time of a change not done within the limit, where it stood. */
+function cell(
+  f: Figures | undefined,
+  key: keyof Omit<Figures, 'upBreakdown' | 'upClients' | 'stood'>,
+): string {
+  const phase = STOOD_AT[key];
+  const stood = phase === undefined ? undefined : f?.stood[phase];
+  if (stood !== undefined) return `> ${PHASE_LIMIT_MS / 1000} (then ${stood})`;
+  return fmt(f?.[key] ?? NaN);
 }
 
 function ratio(ours: number, anchor: number): string {
@@ -723,16 +787,17 @@ function rowsOf(results: Result[]): string[][] {
   const extras = extraSides(results);
   for (const r of results) {
     for (const [key, label] of FIGURES) {
-      if (Number.isNaN(r.ours[key])) continue;
+      const sides = [r.ours, r.anchor, ...extras.map((s) => r.extra[s])];
+      if (sides.every((f) => cell(f, key) === '–')) continue;
       rows.push([
         `${r.n} @ ${r.setting.qps}/${r.setting.burst}`,
         label,
-        fmt(r.ours[key]),
-        fmt(r.anchor[key]),
+        cell(r.ours, key),
+        cell(r.anchor, key),
         ratio(r.ours[key], r.anchor[key]),
         ...extras.flatMap((s) => {
-          const f = r.extra[s]?.[key] ?? NaN;
-          return [fmt(f), ratio(r.ours[key], f)];
+          const f = r.extra[s];
+          return [cell(f, key), ratio(r.ours[key], f?.[key] ?? NaN)];
         }),
       ]);
     }
@@ -786,6 +851,9 @@ function markdown(results: Result[], anchorVersion: string): string {
       `without one ("> ${SETTLE_MAX_MS / 1000}": not quiet within ${SETTLE_MAX_MS / 1000} s); "API requests until ` +
       'quiet": the requests in that span, a total, never per machine. The next change starts after it.',
     `- at rest: the ${AT_REST_SECONDS} s after 0→N fell quiet.`,
+    `- a change that has not reached its goal ${PHASE_LIMIT_MS / 60_000} min after it was made ` +
+      '(MCM_BENCH_SCALE_PHASE_LIMIT_MIN): "> s (then …)" says where the fleet stood at that moment; its ' +
+      'other figures are –, and the run goes on with the next change.',
     '- peak RSS: VmHWM, summed over the processes (anchor: 2). CPU: utime+stime.',
     '',
     ...(results.some((r) => r.extra.floor !== undefined)
@@ -868,7 +936,7 @@ function parseRollout(s: string): Rollout {
 
 /** Figures of a side that was not run: every number NaN (shown as –). */
 function notRun(like: Figures): Figures {
-  const out = { ...like, upBreakdown: [], upClients: [] } as Figures;
+  const out = { ...like, upBreakdown: [], upClients: [], stood: {} } as Figures;
   for (const [key] of FIGURES) out[key] = NaN;
   return out;
 }
