@@ -116,6 +116,16 @@ describe('cluster-autoscaler e2e with a gardener provider sidecar (our MachineSe
       },
       300_000,
     );
+    // gardener's machine controller marks a machine Running on its own pass after the Node turned
+    // Ready, which may come after the scheduler has already placed a pod there.
+    await until(
+      '3 machines Running',
+      async () => {
+        const ms = await env.machines('split');
+        return ms.length === 3 && ms.every((m) => phaseOf(m) === 'Running');
+      },
+      60_000,
+    );
     const machines = await env.machines('split');
     expect(machines.filter((m) => phaseOf(m) === 'Running')).to.have.length(3);
     const mcd = await env.client.get<MachineDeployment>(MachineDeploymentResource, 'split', NS);
