@@ -1,7 +1,8 @@
 import { randomUUID } from 'node:crypto';
+import { setMaxListeners } from 'node:events';
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { RealClock, type Clock, type TimerHandle } from './clock.js';
-import type { RateLimiter } from './ratelimit.js';
+import { ItemExponentialFailureRateLimiter, type RateLimiter } from './ratelimit.js';
 import { WorkQueue } from './workqueue.js';
 import type { Logger } from '../observability/logger.js';
 
@@ -38,10 +39,13 @@ export interface ControllerOptions {
    */
   maxRetries?: number | undefined;
   /**
-   * Errors that only mean "try again" (an optimistic-lock conflict): requeued with backoff, logged
-   * at debug, counted as result="requeue", never dropped by maxRetries.
+   * Errors that only mean "try again" (an optimistic-lock conflict): logged at debug, counted as
+   * result="requeue", never dropped by maxRetries, and retried after `requeueBackoff` for the first
+   * REQUEUE_FAST_RETRIES in a row, then rate-limited like any error.
    */
   isRequeueError?: ((err: unknown) => boolean) | undefined;
+  /** The delays of those first retries; default: per key from 1 s, doubling. */
+  requeueBackoff?: RateLimiter<string> | undefined;
   /** How long stop() waits before aborting the signal of running reconciles. Default 30 s. */
   stopTimeoutMs?: number | undefined;
 }
@@ -52,6 +56,20 @@ export interface StopOptions {
   /** Overrides the controller's stopTimeoutMs for this stop. */
   timeoutMs?: number | undefined;
 }
+
+/**
+ * A conflict means the object changed since the cache was read, so the watch event of the newer
+ * version is on its way and enqueues the key by itself (or did so while the reconcile ran): the
+ * retry after such an error is a fallback, for writes whose events a controller does not react to.
+ * It does not take a token of the queue's overall bucket (10/s), which would make every mass
+ * operation whose cache lags behind (a loaded API server) crawl at 10 conflicts a second; after
+ * this many conflicts in a row a key is rate-limited like any failing key.
+ */
+export const REQUEUE_FAST_RETRIES = 5;
+const REQUEUE_BACKOFF_BASE_MS = 1000;
+
+/** Abort listeners a reconcile may hold on the controller's signal at once (requests, waits). */
+const LISTENERS_PER_WORKER = 16;
 
 type ReconcileOutcome = 'success' | 'error' | 'requeue' | 'requeue_after';
 const OUTCOMES: readonly ReconcileOutcome[] = ['success', 'error', 'requeue', 'requeue_after'];
@@ -131,6 +149,7 @@ export class Controller {
   private readonly metrics: ControllerMetrics;
   private readonly maxRetries: number | undefined;
   private readonly isRequeueError: (err: unknown) => boolean;
+  private readonly requeueBackoff: RateLimiter<string>;
   private readonly stopTimeoutMs: number;
   private readonly abort = new AbortController();
   private workerLoops: Promise<void>[] = [];
@@ -151,7 +170,16 @@ export class Controller {
     this.logger = opts.logger.child({ controller: opts.name });
     this.maxRetries = opts.maxRetries;
     this.isRequeueError = opts.isRequeueError ?? (() => false);
+    this.requeueBackoff =
+      opts.requeueBackoff ??
+      new ItemExponentialFailureRateLimiter<string>(
+        REQUEUE_BACKOFF_BASE_MS,
+        REQUEUE_BACKOFF_BASE_MS * 2 ** (REQUEUE_FAST_RETRIES - 1),
+      );
     this.stopTimeoutMs = opts.stopTimeoutMs ?? DEFAULT_STOP_TIMEOUT_MS;
+    // Every reconcile in flight listens on this one signal, once per request or wait it has open:
+    // 50 workers are far beyond Node's default of 10 listeners, which it would report as a leak.
+    setMaxListeners(LISTENERS_PER_WORKER * opts.workers, this.abort.signal);
     const registry = opts.registry ?? new Registry();
     this.metrics = controllerMetricsFor(registry);
     this.queue = new WorkQueue({
@@ -234,6 +262,7 @@ export class Controller {
     try {
       const result = await this.reconciler.reconcile(key, { log, signal: this.abort.signal });
       this.queue.forget(key);
+      this.requeueBackoff.forget(key);
       const after = result.requeueAfter;
       if (after !== undefined && after > 0) {
         this.queue.addAfter(key, after);
@@ -253,7 +282,9 @@ export class Controller {
   private handleError(key: string, err: unknown, log: Logger): void {
     if (this.isRequeueErrorSafe(err, log)) {
       log.debug('Reconcile requested a retry', { err });
-      this.queue.addRateLimited(key);
+      if (this.requeueBackoff.numRequeues(key) < REQUEUE_FAST_RETRIES)
+        this.queue.addAfter(key, this.requeueBackoff.when(key));
+      else this.queue.addRateLimited(key);
       this.record('requeue');
       return;
     }

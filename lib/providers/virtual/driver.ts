@@ -152,7 +152,9 @@ export class VirtualDriver implements Driver {
   ): Promise<InitializeMachineResponse> {
     const { spec } = this.config(req.machineClass);
     await this.enter(spec, 'InitializeMachine', signal);
-    const vm = this.vmOf(req);
+    // Called right after CreateMachine: the VM may not be in the cache yet, but a cloud's API
+    // knows a VM it has just started.
+    const vm = this.ownVm(req, await this.store.getFresh(this.vmName(req), signal));
     if (vm === undefined) throw this.notFound(req);
     if (vm.bootNeverCompletes) {
       throw new MachineError('Uninitialized', `VM ${vm.name} did not finish booting`);

@@ -254,7 +254,7 @@ describe('Controller', () => {
     expect(reconciler.calls.length).to.be.greaterThan(20);
   });
 
-  it('treats a requeue error as a rate-limited retry logged at debug, not an error', async () => {
+  it('treats a requeue error as a retry after the requeue backoff, logged at debug, not an error', async () => {
     const { controller, reconciler } = newController(
       (_k, n) =>
         n === 0 ? Promise.reject(new ConflictError('the object has been modified')) : Promise.resolve({}),
@@ -263,8 +263,10 @@ describe('Controller', () => {
     controller.start();
     const t0 = clock.now();
     controller.enqueue('ns/m1');
-    await clock.advance(100);
-    expect(reconciler.callTimes('ns/m1', t0)).to.deep.equal([0, 100]);
+    await clock.advance(999);
+    expect(reconciler.callTimes('ns/m1', t0)).to.deep.equal([0]);
+    await clock.advance(1);
+    expect(reconciler.callTimes('ns/m1', t0)).to.deep.equal([0, 1000]);
     expect(log.lines.filter((l) => l.level === 'error')).to.deep.equal([]);
     expect(log.lines.filter((l) => l.level === 'debug').map((l) => l.fields.key)).to.deep.equal(['ns/m1']);
     const l = { controller: 'machine' };
@@ -272,6 +274,76 @@ describe('Controller', () => {
       await sample(registry, 'controller_runtime_reconcile_total', { ...l, result: 'requeue' }),
     ).to.equal(1);
     expect(await sample(registry, 'controller_runtime_reconcile_errors_total', l)).to.equal(0);
+  });
+
+  it('retries the first conflicts in a row after 1, 2, 4, 8 and 16 s, then rate-limited; success starts over', async () => {
+    const { controller, reconciler } = newController(
+      (_k, n) =>
+        n < 7 || n === 8
+          ? Promise.reject(new ConflictError('the object has been modified'))
+          : Promise.resolve({}),
+      { isRequeueError: (err) => err instanceof ConflictError },
+    );
+    controller.start();
+    const t0 = clock.now();
+    controller.enqueue('ns/m1');
+    await clock.advance(40_000);
+    // Five fast retries, then the queue's limiter (100 ms doubling in this test).
+    expect(reconciler.callTimes('ns/m1', t0)).to.deep.equal([
+      0, 1000, 3000, 7000, 15_000, 31_000, 31_100, 31_300,
+    ]);
+    controller.enqueue('ns/m1'); // conflicts once more: 1 s again, not 32 s
+    await clock.advance(1000);
+    expect(reconciler.callTimes('ns/m1', t0)).to.deep.equal([
+      0, 1000, 3000, 7000, 15_000, 31_000, 31_100, 31_300, 40_000, 41_000,
+    ]);
+  });
+
+  it('does not let a burst of conflicts wait for the queue-wide bucket (10/s): 300 keys are all retried after 1 s', async () => {
+    const reconciler = new ScriptedReconciler(clock, (_k, n) =>
+      n === 0 ? Promise.reject(new ConflictError('the object has been modified')) : Promise.resolve({}),
+    );
+    const controller = new Controller({
+      name: 'machine',
+      reconciler,
+      workers: 50,
+      clock,
+      logger: log,
+      registry,
+      isRequeueError: (err) => err instanceof ConflictError,
+    });
+    controllers.push(controller);
+    controller.start();
+    const keys = Array.from({ length: 300 }, (_, i) => `ns/m${i}`);
+    for (const k of keys) controller.enqueue(k);
+    await clock.advance(1000);
+    // With the default limiter (5 ms per key, 10/s with a burst of 100 for the queue) the last of
+    // these would wait 20 s.
+    expect(keys.filter((k) => reconciler.callTimes(k, 0).length !== 2)).to.deep.equal([]);
+  });
+
+  it('lets each of 50 workers wait on its signal without Node warning of a listener leak', async () => {
+    const warnings: string[] = [];
+    const onWarning = (w: Error): void => {
+      warnings.push(w.name);
+    };
+    process.on('warning', onWarning);
+    try {
+      const gate = deferred<ReconcileResult>();
+      const { controller } = newController((_k, _n, ctx) => untilAborted(gate.promise, ctx.signal), {
+        workers: 50,
+      });
+      controller.start();
+      for (let i = 0; i < 50; i++) controller.enqueue(`ns/m${i}`);
+      await flushMicrotasks();
+      gate.resolve({});
+      await flushMicrotasks();
+      // Node emits process warnings on a later tick.
+      await new Promise((r) => setImmediate(r));
+    } finally {
+      process.off('warning', onWarning);
+    }
+    expect(warnings).to.deep.equal([]);
   });
 
   it('never reconciles one key in two workers at once, and reconciles it again if enqueued meanwhile', async () => {

@@ -102,6 +102,16 @@ describe('virtual provider driver (in-memory API)', () => {
     expect(await code(driver.getMachineStatus(req('m1', cls())))).to.equal('NotFound');
   });
 
+  it('initializes a VM it has just created although the cache does not show it yet', async () => {
+    target.holdWatches();
+    const created = await driver.createMachine(req('m1', cls()));
+    expect(nodes.size(), 'the cache does not show the VM').to.equal(0);
+    const init = await driver.initializeMachine(req('m1', cls(), created.providerID));
+    expect(init.providerID).to.equal(created.providerID);
+    expect(init.nodeName).to.equal('m1');
+    target.releaseWatches();
+  });
+
   it('finds a VM the cache does not show yet when deleting, so no VM leaks', async () => {
     target.holdWatches();
     await target.create(CoreResources.nodes, {
