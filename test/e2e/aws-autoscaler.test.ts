@@ -28,6 +28,7 @@ import {
   provisionCloud,
   sampleMachineClass,
   sampleSecret,
+  tagOf,
   taggedInstances,
   type Ec2Cloud,
 } from '../harness/ec2cloud.js';
@@ -191,11 +192,31 @@ describe('cluster-autoscaler with two AWS node groups on the EC2 emulator (real 
       SPARE.type,
     ]);
     const live = (await taggedInstances(cloud.ec2)).filter(isLive);
+    // What the cloud and the group held at this moment, for the messages below.
+    const seen =
+      `spare machines: ${spareMachines.map((m) => `${m.metadata.name ?? ''} ${m.status?.currentStatus?.phase ?? '-'} (${m.status?.lastOperation?.description ?? ''})`).join('; ')}; ` +
+      `live instances: ${live.map((i) => `${i.InstanceId ?? ''} ${i.InstanceType ?? ''} ${i.State?.Name ?? ''} Name=${tagOf(i, 'Name') ?? ''}`).join('; ')}`;
     expect(
       live.every((i) => i.InstanceType === SPARE.type),
-      'no m5.large instance exists',
+      `no m5.large instance exists (${seen})`,
     ).to.equal(true);
-    expect(live.length).to.equal(spareMachines.length);
+    // Every instance is a spare machine's and no machine has two. A machine the autoscaler asked
+    // for late may still be on its way to an instance, so the counts need not be equal here.
+    // Machines read after the instances: a machine exists before its instance and after it ends.
+    const spareNames = new Set((await env.machines(`${POOL}-spare`)).map((m) => m.metadata.name ?? ''));
+    const names = live.map((i) => tagOf(i, 'Name') ?? '');
+    expect(
+      names.filter((n) => !spareNames.has(n)),
+      `instances without a spare machine (${seen})`,
+    ).to.deep.equal([]);
+    expect(new Set(names).size, `one instance per machine (${seen})`).to.equal(names.length);
+    await until(
+      'an instance for every spare machine',
+      async () =>
+        (await taggedInstances(cloud.ec2)).filter(isLive).length ===
+        (await env.machines(`${POOL}-spare`)).length,
+      120_000,
+    );
     await until(
       'the scarce group back at 0 with no machine',
       async () =>
