@@ -53,8 +53,10 @@ type AnyNode = Node | DeepReadonly<Node>;
  * at once, so the autoscaler does not count it as capacity while the controllers catch up).
  *
  * - A Node with a providerID: its providerID (what the autoscaler matches registered nodes by).
- * - No Node: the placeholder id, Creating; a failed creation carries error info (ResourceExhausted
- *   is OutOfResources, anything else Other) so the autoscaler backs the group off in one loop.
+ * - No Node: the placeholder id, Creating; a creation that failed for good carries error info so
+ *   the autoscaler backs the group off in one loop: out of capacity (lastOperation Create/Failed
+ *   with ResourceExhausted, while it is retried too) is OutOfResources, phase Failed anything else
+ *   Other. Other failed attempts being retried carry none.
  * - Being deleted or marked: Deleting.
  */
 export function instanceOf(m: AnyMachine, node: AnyNode | undefined, marked: boolean): InstanceView {
@@ -65,9 +67,12 @@ export function instanceOf(m: AnyMachine, node: AnyNode | undefined, marked: boo
   if (registered) return { id, status: { instanceState: InstanceState.Running } };
   const op = m.status?.lastOperation;
   const failedCreate = op?.type === MachineOperationType.Create && op.state === MachineState.Failed;
-  if (phaseOf(m) === MachinePhase.Failed || failedCreate) {
-    const code = op?.errorCode ?? '';
-    const exhausted = code === 'ResourceExhausted';
+  const code = failedCreate ? (op.errorCode ?? '') : '';
+  const exhausted = code === 'ResourceExhausted';
+  // Only a creation that will not succeed carries error info: the autoscaler takes such an
+  // instance for a failed scale-up, deletes it and asks for capacity again. A failed attempt that
+  // is being retried (the cloud unavailable for a moment, a VM not visible yet) stays Creating.
+  if (phaseOf(m) === MachinePhase.Failed || exhausted) {
     return {
       id,
       status: {

@@ -192,6 +192,24 @@ describe('autoscaler instances', () => {
     expect(other.status.errorInfo?.instanceErrorClass).to.equal(99);
     expect(other.status.errorInfo?.errorCode).to.equal('MachineFailed');
   });
+  it('reports a failed creation attempt that is being retried as Creating without error info', () => {
+    // A transient failure (here: the new VM not visible to InitializeMachine yet) must not make the
+    // autoscaler delete the machine and ask for another one.
+    const retried = instanceOf(
+      machine('m1', {
+        phase: 'CrashLoopBackOff',
+        lastOp: {
+          type: 'Create',
+          state: 'Failed',
+          errorCode: 'NotFound',
+          description: 'Provider error: no VM for machine default/m1. Initialize VM Instance',
+        },
+      }),
+      undefined,
+      false,
+    );
+    expect(retried.status).to.deep.equal({ instanceState: 'instanceCreating' });
+  });
 });
 
 describe('autoscaler instances of machines gardener’s provider-side controller manages', () => {
