@@ -127,7 +127,11 @@ interface Figures {
   upBreakdown: [string, number][];
   /** The same by client (user agent without version). */
   upClients: [string, number][];
+  /** Requests per machine during N → 0 by verb and resource, largest first. */
+  downBreakdown: [string, number][];
 }
+
+type BreakdownKey = 'upBreakdown' | 'upClients' | 'downBreakdown';
 
 // ------------------------------------------------------------------------------------------------
 // Counting API requests from the audit log
@@ -694,6 +698,7 @@ async function run(
       },
       upBreakdown: breakdown(up.requests, n, (x) => `${x.verb} ${x.resource}`),
       upClients: breakdown(up.requests, n, (x) => x.client),
+      downBreakdown: breakdown(down.requests, n, (x) => `${x.verb} ${x.resource}`),
     };
   } finally {
     await Promise.all(procs.map((p) => p.stop()));
@@ -711,7 +716,7 @@ async function run(
 const ROLLOUT = `rolling update of all N (maxSurge ${ROLLOUT_MAX_SURGE_PERCENT} %, maxUnavailable 0)`;
 
 /** Each figure says what it counts and until when (see markdown() for the definitions). */
-const FIGURES: [keyof Omit<Figures, 'upBreakdown' | 'upClients' | 'stood'>, string][] = [
+const FIGURES: [keyof Omit<Figures, BreakdownKey | 'stood'>, string][] = [
   ['upSeconds', '0→N: s until all N Running'],
   ['upRequestRate', '0→N: API requests/s until all N Running'],
   ['upRequestsPerMachine', '0→N: API requests/machine until all N Running'],
@@ -749,10 +754,7 @@ const STOOD_AT: Partial<Record<keyof Figures, PhaseName>> = {
 };
 
 /** A figure's cell: its value, or for the time of a change not done within the limit, where it stood. */
-function cell(
-  f: Figures | undefined,
-  key: keyof Omit<Figures, 'upBreakdown' | 'upClients' | 'stood'>,
-): string {
+function cell(f: Figures | undefined, key: keyof Omit<Figures, BreakdownKey | 'stood'>): string {
   const phase = STOOD_AT[key];
   const stood = phase === undefined ? undefined : f?.stood[phase];
   if (stood !== undefined) return `> ${PHASE_LIMIT_MS / 1000} (then ${stood})`;
@@ -896,11 +898,19 @@ function markdown(results: Result[], anchorVersion: string): string {
         'upBreakdown',
       ),
     );
+    lines.push(
+      ...sideBySide(
+        `Requests per machine during N→0, until none left, by verb and resource (${at})`,
+        'request',
+        pick,
+        'downBreakdown',
+      ),
+    );
   }
   return lines.join('\n');
 }
 
-function sideBySide(title: string, what: string, r: Result, key: 'upClients' | 'upBreakdown'): string[] {
+function sideBySide(title: string, what: string, r: Result, key: BreakdownKey): string[] {
   const a = r.ours[key];
   const b = r.anchor[key];
   const lines = [
@@ -936,7 +946,7 @@ function parseRollout(s: string): Rollout {
 
 /** Figures of a side that was not run: every number NaN (shown as –). */
 function notRun(like: Figures): Figures {
-  const out = { ...like, upBreakdown: [], upClients: [], stood: {} } as Figures;
+  const out = { ...like, upBreakdown: [], upClients: [], downBreakdown: [], stood: {} } as Figures;
   for (const [key] of FIGURES) out[key] = NaN;
   return out;
 }
