@@ -242,14 +242,15 @@ class DeletionPass {
       const hasCondition = node.status?.conditions?.some(
         (c) => c.type === NodeConditionType.Terminating && c.status === 'True',
       );
-      try {
-        if (hasCondition !== true) {
-          const healthy = isNodeHealthy(
-            node.status?.conditions ?? [],
-            nodeConditionsOf(this.m, this.d.settings),
-          );
-          const now = rfc3339(this.d.clock.now());
-          await target.patch(
+      const writes: Promise<unknown>[] = [];
+      if (hasCondition !== true) {
+        const healthy = isNodeHealthy(
+          node.status?.conditions ?? [],
+          nodeConditionsOf(this.m, this.d.settings),
+        );
+        const now = rfc3339(this.d.clock.now());
+        writes.push(
+          target.patch(
             CoreResources.nodes,
             this.nodeName,
             {
@@ -267,19 +268,22 @@ class DeletionPass {
               },
             },
             { type: 'strategic', subresource: 'status' },
-          );
-        }
-        if (node.spec?.unschedulable !== true) {
-          await target.patch(
+          ),
+        );
+      }
+      if (node.spec?.unschedulable !== true) {
+        writes.push(
+          target.patch(
             CoreResources.nodes,
             this.nodeName,
             { spec: { unschedulable: true } },
             { type: 'merge' },
-          );
-        }
-      } catch (err) {
-        if (!isNotFound(err)) throw err;
+          ),
+        );
       }
+      // The condition (status) and the cordon (spec) are separate requests with no order between
+      // them: both are sent at once, and both must be done before the drain looks at pods.
+      await settleAll(writes, (err) => isNotFound(err));
     }
     const drainer = this.d.drainer;
     if (drainer === undefined || node === undefined || node.metadata.deletionTimestamp !== undefined) {
@@ -387,8 +391,12 @@ class DeletionPass {
       }
       node = this.owned(node);
       if (node !== undefined) {
-        await removeFinalizerAt(target, CoreResources.nodes, node, Finalizer.MachineControllerNode);
-        if (node.metadata.deletionTimestamp === undefined) {
+        // The node as the finalizer removal left it (undefined: gone): when the VM's deletion
+        // already deleted it (the virtual cloud's VM is its Node), there is nothing to delete.
+        const after = (node.metadata.finalizers ?? []).includes(Finalizer.MachineControllerNode)
+          ? await removeFinalizerAt(target, CoreResources.nodes, node, Finalizer.MachineControllerNode)
+          : node;
+        if (after !== undefined && after.metadata.deletionTimestamp === undefined) {
           try {
             await target.delete(CoreResources.nodes, this.nodeName, {
               ...(node.metadata.uid === undefined ? {} : { preconditions: { uid: node.metadata.uid } }),
@@ -437,8 +445,8 @@ class DeletionPass {
         ),
       });
     }
+    let outcome = await this.runStep(step);
     for (;;) {
-      const outcome = await this.runStep(step);
       if ('done' in outcome) {
         this.d.deletions.set(uid, { step: 'Finished', nodeName: this.nodeName });
         return {};
@@ -449,19 +457,33 @@ class DeletionPass {
       }
       step = outcome.next;
       if (PAST_VM.includes(step)) this.d.deletions.set(uid, { step, nodeName: this.nodeName });
-      if (outcome.record === true) {
-        await this.record({
-          phase: MachinePhase.Terminating,
-          deletionStep: step,
-          lastOperation: lastOp(
-            MachineOperationType.Delete,
-            MachineState.Processing,
-            STEP_DESCRIPTION[step],
-            this.d.clock.now(),
-          ),
-        });
-      }
+      outcome = outcome.record === true ? await this.recordAndRun(step) : await this.runStep(step);
     }
+  }
+
+  /**
+   * Records that the pass reached `step`, then runs it. Deleting the node writes nothing of the
+   * machine, so that step runs while the record is sent (one round trip less per machine); the
+   * pass goes on only when both are done, so the finalizer is removed after the record.
+   */
+  private async recordAndRun(step: DeletionStep): Promise<StepOutcome> {
+    const recording = this.record({
+      phase: MachinePhase.Terminating,
+      deletionStep: step,
+      lastOperation: lastOp(
+        MachineOperationType.Delete,
+        MachineState.Processing,
+        STEP_DESCRIPTION[step],
+        this.d.clock.now(),
+      ),
+    });
+    if (step !== DeletionStep.DeleteNode) {
+      await recording;
+      return this.runStep(step);
+    }
+    const running = this.runStep(step);
+    await settleAll([recording, running]);
+    return running;
   }
 
   private runStep(step: DeletionStep): Promise<StepOutcome> {
@@ -477,6 +499,19 @@ class DeletionPass {
       case DeletionStep.RemoveFinalizer:
         return this.removeFinalizer();
     }
+  }
+}
+
+/**
+ * Waits for every write (none is left in flight), then throws the first failure that `ignore`
+ * does not accept, in the order given.
+ */
+async function settleAll(
+  writes: readonly Promise<unknown>[],
+  ignore: (err: unknown) => boolean = () => false,
+): Promise<void> {
+  for (const r of await Promise.allSettled(writes)) {
+    if (r.status === 'rejected' && !ignore(r.reason)) throw r.reason;
   }
 }
 

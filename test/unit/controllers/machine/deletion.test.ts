@@ -173,3 +173,83 @@ describe('MachineController deletion: only a node proved to be the machine’s i
     }
   });
 });
+
+describe('MachineController deletion: requests per machine (in-memory API)', () => {
+  const NODE_FINALIZER = 'node.machine.sapcloud.io/machine-controller';
+
+  it('does not delete a node a second time when the VM’s deletion already deleted it (the finalizer removal shows the deletion pending)', async () => {
+    const m1 = machineWithVm('m1', {
+      deleting: true,
+      status: { currentStatus: { phase: 'Terminating' }, deletionStep: 'DeleteVM' },
+    });
+    const node = vmNode('m1');
+    node.metadata.finalizers = [NODE_FINALIZER];
+    const { env, mc } = await machineControllerEnv([m1]);
+    try {
+      env.seed(CoreResources.nodes, node);
+      await env.settle();
+      // The node cache lags: it never shows the deletion the virtual VM's deletion started.
+      env.target.holdWatches();
+      await mc.reconcile('default/m1', rctx);
+      const nodeWrites = env.target.writes().filter((a) => a.resource.includes('nodes') && a.name === 'm1');
+      expect(
+        nodeWrites.map((a) => `${a.verb}${a.patchType === undefined ? '' : ` ${a.patchType}`}`),
+        'VM (node) delete, then the finalizer removal; no second delete',
+      ).to.deep.equal(['delete', 'patch json']);
+      expect(env.target.peek<Node>(CoreResources.nodes, 'm1'), 'the node is gone').to.equal(undefined);
+      expect(env.api.all(MachineResource), 'the deletion finished').to.have.length(0);
+    } finally {
+      env.target.releaseWatches();
+      await env.stop();
+    }
+  });
+
+  it('records that the VM is gone before it removes the machine’s finalizer', async () => {
+    const m1 = machineWithVm('m1', {
+      deleting: true,
+      status: { currentStatus: { phase: 'Terminating' }, deletionStep: 'DeleteVM' },
+    });
+    const { env, mc } = await machineControllerEnv([m1]);
+    try {
+      env.seed(CoreResources.nodes, vmNode('m1'));
+      await env.settle();
+      await mc.reconcile('default/m1', rctx);
+      const machineWrites = env.api
+        .writes()
+        .filter((a) => a.resource.includes('machines') && a.name === 'm1')
+        .map((a) =>
+          a.subresource === 'status'
+            ? `status ${String((a.body as { status?: { deletionStep?: string } }).status?.deletionStep)}`
+            : `${a.verb} ${a.patchType ?? ''}`,
+        );
+      expect(machineWrites).to.deep.equal(['status DeleteNode', 'patch json']);
+    } finally {
+      await env.stop();
+    }
+  });
+
+  it('sends the Terminating condition and the cordon together, and deletes no VM when one of them fails', async () => {
+    const m1 = machineWithVm('m1', { deleting: true });
+    const { env, mc } = await machineControllerEnv([m1]);
+    try {
+      env.seed(CoreResources.nodes, vmNode('m1'));
+      await env.settle();
+      env.target.react((a) =>
+        a.verb === 'patch' && a.name === 'm1' && a.subresource === 'status'
+          ? new Error('injected: the condition failed')
+          : undefined,
+      );
+      const err = await mc.reconcile('default/m1', rctx).then(
+        () => undefined,
+        (e: unknown) => String(e),
+      );
+      expect(err, 'the pass fails with the condition’s error').to.include('injected: the condition failed');
+      const node = env.target.peek<Node>(CoreResources.nodes, 'm1');
+      expect(node?.spec?.unschedulable, 'the cordon was sent beside the condition').to.equal(true);
+      expect(await driverCalls(env, DriverOperation.DeleteMachine), 'no VM deleted').to.equal(0);
+      expect(env.api.all(MachineResource), 'the machine stays').to.have.length(1);
+    } finally {
+      await env.stop();
+    }
+  });
+});
