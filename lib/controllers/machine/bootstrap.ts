@@ -4,7 +4,7 @@
 import { createHash, randomInt } from 'node:crypto';
 
 import type { KubeApi } from '../../kube/client.js';
-import { isAlreadyExists, isNotFound } from '../../kube/errors.js';
+import { isAlreadyExists, isConflict, isNotFound } from '../../kube/errors.js';
 import { CoreResources } from '../../kube/resources.js';
 import type { Secret } from '../../kube/types.js';
 import { rfc3339 } from '../conditions.js';
@@ -81,6 +81,19 @@ function randomTokenSecret(): string {
 const b64 = (s: string): string => Buffer.from(s, 'utf8').toString('base64');
 const unb64 = (s: string | undefined): string => Buffer.from(s ?? '', 'base64').toString('utf8');
 
+/** A token Secret this process has seen: its name and UID (what deleting it exactly takes). */
+export interface TokenSecretRef {
+  name: string;
+  uid: string;
+}
+
+/** A machine's bootstrap token and the Secret that holds it. */
+export interface BootstrapToken {
+  /** `<id>.<secret>`, for the user data. */
+  token: string;
+  secret: TokenSecretRef;
+}
+
 /**
  * The machine's bootstrap token (`<id>.<secret>`), creating its Secret in the target's
  * kube-system when missing; the machine's existing one is reused (a retried creation must hand the
@@ -91,8 +104,11 @@ export async function ensureBootstrapToken(
   owner: TokenOwner,
   expiresAt: number,
   extraGroups: string,
-): Promise<string> {
-  const tokenOf = (id: string, s: Secret): string => `${id}.${unb64(s.data?.['token-secret'])}`;
+): Promise<BootstrapToken> {
+  const tokenOf = (id: string, s: Secret): BootstrapToken => ({
+    token: `${id}.${unb64(s.data?.['token-secret'])}`,
+    secret: { name: s.metadata.name ?? bootstrapTokenSecretName(id), uid: s.metadata.uid ?? '' },
+  });
   const ours = (s: Secret): boolean => s.metadata.labels?.[TOKEN_MACHINE_UID_LABEL] === owner.uid;
   for (const id of bootstrapTokenIds(owner)) {
     const data: Record<string, string> = {
@@ -148,8 +164,28 @@ export async function ensureBootstrapToken(
  * Deletes the machine's token (once its node joined). Only a Secret labelled with the machine's
  * UID is deleted, with that Secret's UID as precondition; candidates are looked at in order up to
  * the first that does not exist (a token left behind by a rare collision expires on its own).
+ * `known`: the Secret this process created or read for the machine; it is deleted by its UID
+ * without reading it first (it is the machine's: the UID names that very object), and only a
+ * failed precondition sends the deletion back to reading the candidates.
  */
-export async function deleteBootstrapToken(target: KubeApi, owner: TokenOwner): Promise<void> {
+export async function deleteBootstrapToken(
+  target: KubeApi,
+  owner: TokenOwner,
+  known?: TokenSecretRef,
+): Promise<void> {
+  if (known !== undefined && known.uid !== '') {
+    try {
+      await target.delete(CoreResources.secrets, known.name, {
+        namespace: BOOTSTRAP_NAMESPACE,
+        preconditions: { uid: known.uid },
+      });
+      return;
+    } catch (err) {
+      if (isNotFound(err)) return;
+      // A conflict: the name now holds another Secret (ours expired and was replaced); look.
+      if (!isConflict(err)) throw err;
+    }
+  }
   for (const id of bootstrapTokenIds(owner)) {
     let s: Secret;
     try {

@@ -153,6 +153,7 @@ export class MachineController {
           : undefined,
       drainMetrics: new DrainMetrics(ctx.registry),
       deletions: new MachineMemory(MEMORY_CAPACITY),
+      tokens: new MachineMemory(MEMORY_CAPACITY),
       budget: new ReplacementBudget(
         informers.machines,
         informers.machineSets,
@@ -326,6 +327,7 @@ export class MachineController {
   private forgetMachine(key: string, uid: string | undefined): void {
     endDrainsOf(this.deps, key);
     this.deps.deletions.delete(uid);
+    this.deps.tokens.delete(uid);
     this.vmProbes.forget(uid);
   }
 
@@ -514,7 +516,9 @@ export class MachineController {
     );
     const raw = r.ok ? r.secret.data?.userData : undefined;
     if (raw === undefined || !needsBootstrapToken(Buffer.from(raw, 'base64').toString('utf8'))) return;
-    await deleteBootstrapToken(target, { name: m.metadata.name ?? '', uid: m.metadata.uid ?? '' });
+    const uid = m.metadata.uid ?? '';
+    await deleteBootstrapToken(target, { name: m.metadata.name ?? '', uid }, this.deps.tokens.get(uid));
+    this.deps.tokens.delete(uid);
   }
 
   private async syncNode(m: Machine | CachedMachine, node: CachedNode): Promise<void> {

@@ -107,12 +107,14 @@ async function machineSecret(d: MachineDeps, m: AnyMachine, secret: Secret): Pro
   const name = m.metadata.name ?? '';
   if (d.target !== undefined && needsBootstrapToken(userData)) {
     const expires = d.clock.now() + creationTimeoutOf(m, d.settings);
-    token = await ensureBootstrapToken(
+    const t = await ensureBootstrapToken(
       d.target,
       { name, uid: m.metadata.uid ?? '' },
       expires,
       d.settings.bootstrapTokenAuthExtraGroups,
     );
+    token = t.token;
+    d.tokens.set(m.metadata.uid, t.secret);
   }
   const filled = substituteUserData(userData, name, token);
   return {

@@ -5,6 +5,7 @@ import type { KubeApi } from '../../kube/client.js';
 import type { Clock } from '../../kube/clock.js';
 import type { EventRecorder } from '../../kube/events.js';
 import type { SharedInformers } from '../context.js';
+import type { TokenSecretRef } from './bootstrap.js';
 import type { ReplacementBudget } from './budget.js';
 import type { DeletionMemo } from './deletion.js';
 import type { MachineMemory } from './memory.js';
@@ -28,6 +29,8 @@ export interface MachineDeps {
   drainMetrics: DrainMetrics;
   /** Deletions this process took past the VM (the cache may not show it yet), by machine UID. */
   deletions: MachineMemory<DeletionMemo>;
+  /** The bootstrap token Secret this process made or found for a machine, by machine UID. */
+  tokens: MachineMemory<TokenSecretRef>;
 }
 
 /** Event reasons of the machine controller (gardener MCM records none on machines). */

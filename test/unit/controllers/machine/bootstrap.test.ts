@@ -58,7 +58,7 @@ describe('user data and bootstrap tokens', () => {
         );
       return undefined;
     });
-    const token = await ensureBootstrapToken(api, owner, Date.UTC(2026, 10, 23), '');
+    const { token } = await ensureBootstrapToken(api, owner, Date.UTC(2026, 10, 23), '');
     expect(token).to.match(new RegExp(`^${id ?? ''}\\.[a-z0-9]{16}$`));
     expect(api.actions.map((x) => `${x.verb} ${x.resource}`)).to.deep.equal([
       'create secrets',
@@ -88,10 +88,10 @@ describe('user data and bootstrap tokens', () => {
       data: { 'token-secret': Buffer.from('othersecret00000').toString('base64') },
     };
     api.seed(CoreResources.secrets, other);
-    const token = await ensureBootstrapToken(api, mine, Date.UTC(2026, 10, 23), '');
+    const { token } = await ensureBootstrapToken(api, mine, Date.UTC(2026, 10, 23), '');
     expect(token.startsWith(`${second ?? ''}.`), 'the second candidate').to.equal(true);
     expect(
-      await ensureBootstrapToken(api, mine, Date.UTC(2026, 10, 23), ''),
+      (await ensureBootstrapToken(api, mine, Date.UTC(2026, 10, 23), '')).token,
       'a retry: the same token',
     ).to.equal(token);
     await deleteBootstrapToken(api, mine);
@@ -102,5 +102,39 @@ describe('user data and bootstrap tokens', () => {
       api.peek<Secret>(CoreResources.secrets, `bootstrap-token-${first ?? ''}`, 'kube-system'),
       "the other machine's token stays",
     ).to.not.equal(undefined);
+  });
+
+  it('deletes the token Secret it created by that Secret’s UID, without reading it first', async () => {
+    const api = new FakeKube();
+    const owner = { name: 'm1', uid: 'uid-m1' };
+    const made = await ensureBootstrapToken(api, owner, Date.UTC(2026, 10, 23), '');
+    api.clearActions();
+    await deleteBootstrapToken(api, owner, made.secret);
+    expect(api.actions.map((x) => `${x.verb} ${x.resource}`)).to.deep.equal(['delete secrets']);
+    expect(api.peek<Secret>(CoreResources.secrets, made.secret.name, 'kube-system')).to.equal(undefined);
+  });
+
+  it('leaves alone a Secret that replaced the remembered one under the same name, and deletes none of another machine', async () => {
+    const api = new FakeKube();
+    const owner = { name: 'm1', uid: 'uid-m1' };
+    const made = await ensureBootstrapToken(api, owner, Date.UTC(2026, 10, 23), '');
+    // The token expired and went; another machine's token now holds the name.
+    await api.delete(CoreResources.secrets, made.secret.name, { namespace: 'kube-system' });
+    api.seed(CoreResources.secrets, {
+      apiVersion: 'v1',
+      kind: 'Secret',
+      metadata: {
+        name: made.secret.name,
+        namespace: 'kube-system',
+        uid: 'secret-other',
+        labels: { [TOKEN_MACHINE_UID_LABEL]: 'uid-other' },
+      },
+      type: 'bootstrap.kubernetes.io/token',
+    } as Secret);
+    await deleteBootstrapToken(api, owner, made.secret);
+    expect(
+      api.peek<Secret>(CoreResources.secrets, made.secret.name, 'kube-system')?.metadata.uid,
+      "the other machine's token stays",
+    ).to.equal('secret-other');
   });
 });

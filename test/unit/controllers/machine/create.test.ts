@@ -1,10 +1,10 @@
 import { expect } from 'chai';
 
-import type { MachineClass } from '../../../../lib/api/types.js';
+import { MachineResource, type Machine, type MachineClass } from '../../../../lib/api/types.js';
 import { MachineError } from '../../../../lib/driver/codes.js';
 import type { Driver } from '../../../../lib/driver/driver.js';
 import { CoreResources } from '../../../../lib/kube/resources.js';
-import type { Node } from '../../../../lib/kube/types.js';
+import type { Node, Secret } from '../../../../lib/kube/types.js';
 import { machine } from '../builders.js';
 import { FINALIZER, machineControllerEnv, rctx } from './harness.js';
 
@@ -75,5 +75,48 @@ describe('machine creation: a Node that exists when CreateMachine answers', () =
     const status = env.api.writes().find((w) => w.subresource === 'status');
     expect(JSON.stringify(status?.body)).to.include('VM using old node obj');
     await env.stop();
+  });
+});
+
+describe('machine creation: the bootstrap token', () => {
+  it('is deleted once the node joined, by the UID of the Secret the creation made, without reading it again', async () => {
+    const cloud = ipNamedCloud();
+    const m = machine('m1');
+    m.spec = { ...m.spec, class: { kind: 'MachineClass', name: 'ec2' } };
+    const { env, mc } = await machineControllerEnv([m], {
+      machineClass: { ...fakeClass, secretRef: { name: 'cloud', namespace: 'default' } },
+      provider: { name: 'ipcloud', driver: cloud.driver },
+      seed: (e) => {
+        e.seed(CoreResources.secrets, {
+          apiVersion: 'v1',
+          kind: 'Secret',
+          metadata: { name: 'cloud', namespace: 'default' },
+          data: { userData: Buffer.from('join --token <<BOOTSTRAP_TOKEN>>').toString('base64') },
+        } as Secret);
+      },
+    });
+    try {
+      await mc.reconcile('default/m1', rctx);
+      const tokens = (): Secret[] =>
+        env.target
+          .all<Secret>(CoreResources.secrets, 'kube-system')
+          .filter((s) => s.type === 'bootstrap.kubernetes.io/token');
+      expect(tokens(), 'a token for the new VM').to.have.length(1);
+      // The VM's kubelet registers, Ready.
+      const joined = node('aws:///eu-west-1a/i-0007');
+      joined.status = { conditions: [{ type: 'Ready', status: 'True' }] };
+      env.target.seed(CoreResources.nodes, joined);
+      await env.settle();
+      env.target.clearActions();
+      await mc.reconcile('default/m1', rctx);
+      expect(env.api.all<Machine>(MachineResource)[0]?.status?.currentStatus?.phase).to.equal('Running');
+      expect(tokens(), 'the token is gone').to.have.length(0);
+      expect(
+        env.target.actions.filter((a) => a.resource.includes('secrets')).map((a) => a.verb),
+        'one request for the token: its deletion',
+      ).to.deep.equal(['delete']);
+    } finally {
+      await env.stop();
+    }
   });
 });
