@@ -100,6 +100,9 @@ class DeletionPass {
   m: AnyMachine;
   nodeName: string;
   private warnedNotOwned = false;
+  /** The Terminating mark while it is still to be sent, and its write once sent (see mark()). */
+  private pendingMark: StatusChange | undefined;
+  private marking: Promise<void> = Promise.resolve();
 
   constructor(
     private readonly d: MachineDeps,
@@ -205,6 +208,7 @@ class DeletionPass {
       }
     }
     if (this.nodeName !== '' && this.m.metadata.labels?.[Label.Node] !== this.nodeName) {
+      await this.mark();
       this.m = await patchMachine(this.d.client, this.m, { labels: { [Label.Node]: this.nodeName } });
     }
     return { next: DeletionStep.DrainNode };
@@ -281,9 +285,10 @@ class DeletionPass {
           ),
         );
       }
-      // The condition (status) and the cordon (spec) are separate requests with no order between
-      // them: both are sent at once, and both must be done before the drain looks at pods.
-      await settleAll(writes, (err) => isNotFound(err));
+      // The condition (status), the cordon (spec) and the machine's Terminating mark are separate
+      // requests with no order between them: all go out at once, and all must be done before the
+      // drain looks at pods.
+      await settleAll([this.mark(), settleAll(writes, (err) => isNotFound(err))]);
     }
     const drainer = this.d.drainer;
     if (drainer === undefined || node === undefined || node.metadata.deletionTimestamp !== undefined) {
@@ -357,6 +362,8 @@ class DeletionPass {
   }
 
   async deleteVM(): Promise<StepOutcome> {
+    // The machine reads Terminating before its VM goes.
+    await this.mark();
     const c = this.call();
     if ('ok' in c) {
       // Without a recorded VM and without a class to ask the provider, there is nothing to delete.
@@ -411,6 +418,7 @@ class DeletionPass {
   }
 
   async removeFinalizer(): Promise<StepOutcome> {
+    await this.mark();
     await removeFinalizerAt(this.d.client, MachineResource, this.m, Finalizer.MachineControllerManager);
     const requested = Date.parse(this.m.metadata.deletionTimestamp ?? '');
     if (!Number.isNaN(requested))
@@ -418,9 +426,29 @@ class DeletionPass {
     return { done: true };
   }
 
+  /** Writes a status change of the machine, after the Terminating mark. */
   async record(change: StatusChange): Promise<void> {
+    await this.mark();
+    await this.write(change);
+  }
+
+  private async write(change: StatusChange): Promise<void> {
     if (isNoop(this.m, change)) return;
     this.m = await patchMachineStatus(this.d.client, this.m, change, this.d.clock.now());
+  }
+
+  /**
+   * Sends the Terminating mark the pass started with, unless it is sent already; resolves once it
+   * is written. The drain step sends it beside the node's condition and cordon (one round trip
+   * for the three); every other write of the machine, and the VM's deletion, wait for it.
+   */
+  private mark(): Promise<void> {
+    const change = this.pendingMark;
+    if (change !== undefined) {
+      this.pendingMark = undefined;
+      this.marking = this.write(change);
+    }
+    return this.marking;
   }
 
   async run(): Promise<ReconcileResult> {
@@ -433,7 +461,7 @@ class DeletionPass {
       this.nodeName = resume.nodeName;
       this.log.verbose('resuming the deletion past the cached step', { step });
     } else if (phaseOf(this.m) !== MachinePhase.Terminating) {
-      await this.record({
+      this.pendingMark = {
         phase: MachinePhase.Terminating,
         deletionStep: step,
         preserveExpiryTime: null,
@@ -443,7 +471,7 @@ class DeletionPass {
           STEP_DESCRIPTION[step],
           this.d.clock.now(),
         ),
-      });
+      };
     }
     let outcome = await this.runStep(step);
     for (;;) {

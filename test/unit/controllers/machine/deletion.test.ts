@@ -252,4 +252,38 @@ describe('MachineController deletion: requests per machine (in-memory API)', () 
       await env.stop();
     }
   });
+
+  it('sends the machine’s Terminating mark beside the node’s condition and cordon, and deletes no VM while the mark is not written', async () => {
+    const m1 = machineWithVm('m1', { deleting: true });
+    const { env, mc } = await machineControllerEnv([m1]);
+    try {
+      env.seed(CoreResources.nodes, vmNode('m1'));
+      await env.settle();
+      let failed = false;
+      env.api.react((a) => {
+        if (failed || a.verb !== 'patch' || a.name !== 'm1' || a.subresource !== 'status') return undefined;
+        failed = true;
+        return new Error('injected: the mark failed');
+      });
+      const err = await mc.reconcile('default/m1', rctx).then(
+        () => undefined,
+        (e: unknown) => String(e),
+      );
+      expect(err, 'the pass fails with the mark’s error').to.include('injected: the mark failed');
+      const node = env.target.peek<Node>(CoreResources.nodes, 'm1');
+      expect(node?.spec?.unschedulable, 'the cordon went out beside the mark').to.equal(true);
+      expect(
+        node?.status?.conditions?.some((c) => c.type === 'Terminating' && c.status === 'True'),
+        'and the condition',
+      ).to.equal(true);
+      expect(await driverCalls(env, DriverOperation.DeleteMachine), 'no VM deleted').to.equal(0);
+      // The next pass marks the machine and goes on to the end.
+      await env.settle();
+      await mc.reconcile('default/m1', rctx);
+      expect(env.api.all(MachineResource), 'the deletion finished').to.have.length(0);
+      expect(await driverCalls(env, DriverOperation.DeleteMachine)).to.equal(1);
+    } finally {
+      await env.stop();
+    }
+  });
 });
