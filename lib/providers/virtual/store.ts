@@ -24,6 +24,8 @@ export interface VmRecord {
   machineClass: string;
   /** Termination requested: the VM no longer counts as existing. */
   terminating: boolean;
+  /** The UID of the object that stores it ('' when unknown). */
+  uid: string;
   bootNeverCompletes: boolean;
   addresses: NodeAddress[];
 }
@@ -48,6 +50,36 @@ export interface VmStore {
 
 const ZONE_INDEX = 'virtual-vm-zone';
 
+/**
+ * The VMs this process deleted that its cache still shows (by VM name: the UID of the deleted
+ * object), so that a VM reads as terminating from the moment its deletion was answered, not only
+ * once the watch delivers it: ListMachines and GetMachineStatus right after DeleteMachine see
+ * their own deletion. An entry goes when the cache drops that object or shows another one.
+ */
+class Deleted {
+  private readonly uids = new Map<string, string>();
+
+  add(name: string, uid: string): void {
+    if (uid !== '') this.uids.set(name, uid);
+  }
+
+  /** The record, marked terminating when it is an object this process deleted. */
+  apply(rec: VmRecord): VmRecord {
+    const uid = this.uids.get(rec.name);
+    if (uid === undefined) return rec;
+    if (uid !== rec.uid) {
+      this.uids.delete(rec.name);
+      return rec;
+    }
+    return rec.terminating ? rec : { ...rec, terminating: true };
+  }
+
+  /** The cache no longer holds the VM's object. */
+  forget(name: string, uid: string): void {
+    if (this.uids.get(name) === uid) this.uids.delete(name);
+  }
+}
+
 function cloudError(op: string, err: unknown): MachineError {
   return new MachineError('Unavailable', `virtual cloud: ${op}: ${errorMessage(err)}`, { cause: err });
 }
@@ -70,12 +102,15 @@ export function vmRecordOfNode(node: DeepReadonly<Node> | Node): VmRecord {
     machine: a[VirtualKey.Machine] ?? '',
     machineClass: a[VirtualKey.MachineClass] ?? '',
     terminating: node.metadata.deletionTimestamp !== undefined,
+    uid: node.metadata.uid ?? '',
     bootNeverCompletes: a[VirtualKey.BootNeverCompletes] === 'true',
     addresses: (node.status?.addresses ?? []).map((x) => ({ ...x })),
   };
 }
 
 export class NodeVmStore implements VmStore {
+  private readonly deleted = new Deleted();
+
   constructor(
     private readonly client: KubeApi,
     private readonly nodes: Informer<Node>,
@@ -84,11 +119,16 @@ export class NodeVmStore implements VmStore {
       const zone = n.metadata.labels?.[WellKnownLabel.Zone];
       return isVmNode(n) && zone !== undefined ? [zone] : [];
     });
+    nodes.addHandler({
+      onDelete: (n) => {
+        this.deleted.forget(n.metadata.name ?? '', n.metadata.uid ?? '');
+      },
+    });
   }
 
   get(name: string): VmRecord | undefined {
     const n = this.nodes.get(undefined, name);
-    return n !== undefined && isVmNode(n) ? vmRecordOfNode(n) : undefined;
+    return n !== undefined && isVmNode(n) ? this.deleted.apply(vmRecordOfNode(n)) : undefined;
   }
 
   async getFresh(name: string, signal?: AbortSignal): Promise<VmRecord | undefined> {
@@ -107,12 +147,13 @@ export class NodeVmStore implements VmStore {
     return this.nodes
       .list()
       .filter((n) => isVmNode(n))
-      .map((n) => vmRecordOfNode(n));
+      .map((n) => this.deleted.apply(vmRecordOfNode(n)));
   }
 
   countInZone(zone: string): number {
-    return this.nodes.byIndex(ZONE_INDEX, zone).filter((n) => n.metadata.deletionTimestamp === undefined)
-      .length;
+    return this.nodes
+      .byIndex(ZONE_INDEX, zone)
+      .filter((n) => !this.deleted.apply(vmRecordOfNode(n)).terminating).length;
   }
 
   async create(vm: NewVm, now: number, signal?: AbortSignal): Promise<VmRecord> {
@@ -151,6 +192,7 @@ export class NodeVmStore implements VmStore {
         ...(cached?.metadata.uid === undefined ? {} : { preconditions: { uid: cached.metadata.uid } }),
         ...(signal === undefined ? {} : { signal }),
       });
+      this.deleted.add(vm.name, cached?.metadata.uid ?? vm.uid);
       return true;
     } catch (err) {
       if (isNotFound(err)) return false;
@@ -201,6 +243,7 @@ function vmRecordOfConfigMap(cm: DeepReadonly<ConfigMap> | ConfigMap): VmRecord 
     machine: d.machine ?? '',
     machineClass: d.machineClass ?? '',
     terminating: cm.metadata.deletionTimestamp !== undefined,
+    uid: cm.metadata.uid ?? '',
     bootNeverCompletes: d.bootNeverCompletes === 'true',
     addresses,
   };
@@ -209,6 +252,7 @@ function vmRecordOfConfigMap(cm: DeepReadonly<ConfigMap> | ConfigMap): VmRecord 
 export class ConfigMapVmStore implements VmStore {
   private readonly informer: Informer<ConfigMap>;
   private readonly byName = 'virtual-vm-name';
+  private readonly deleted = new Deleted();
 
   constructor(
     private readonly client: KubeApi,
@@ -225,11 +269,16 @@ export class ConfigMapVmStore implements VmStore {
     });
     this.informer.addIndexer(this.byName, (cm) => (cm.data?.name === undefined ? [] : [cm.data.name]));
     this.informer.addIndexer(ZONE_INDEX, (cm) => (cm.data?.zone === undefined ? [] : [cm.data.zone]));
+    this.informer.addHandler({
+      onDelete: (cm) => {
+        this.deleted.forget(cm.data?.name ?? '', cm.metadata.uid ?? '');
+      },
+    });
   }
 
   get(name: string): VmRecord | undefined {
     const cm = this.informer.byIndex(this.byName, name)[0];
-    return cm === undefined ? undefined : vmRecordOfConfigMap(cm);
+    return cm === undefined ? undefined : this.deleted.apply(vmRecordOfConfigMap(cm));
   }
 
   async getFresh(name: string, signal?: AbortSignal): Promise<VmRecord | undefined> {
@@ -250,12 +299,13 @@ export class ConfigMapVmStore implements VmStore {
   }
 
   list(): VmRecord[] {
-    return this.informer.list().map((cm) => vmRecordOfConfigMap(cm));
+    return this.informer.list().map((cm) => this.deleted.apply(vmRecordOfConfigMap(cm)));
   }
 
   countInZone(zone: string): number {
-    return this.informer.byIndex(ZONE_INDEX, zone).filter((cm) => cm.metadata.deletionTimestamp === undefined)
-      .length;
+    return this.informer
+      .byIndex(ZONE_INDEX, zone)
+      .filter((cm) => !this.deleted.apply(vmRecordOfConfigMap(cm)).terminating).length;
   }
 
   async create(vm: NewVm, _now: number, signal?: AbortSignal): Promise<VmRecord> {
@@ -306,6 +356,7 @@ export class ConfigMapVmStore implements VmStore {
         namespace: this.namespace,
         ...(signal === undefined ? {} : { signal }),
       });
+      this.deleted.add(vm.name, vm.uid);
       return true;
     } catch (err) {
       if (isNotFound(err)) return false;

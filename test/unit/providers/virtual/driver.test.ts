@@ -128,6 +128,27 @@ describe('virtual provider driver (in-memory API)', () => {
     target.releaseWatches();
   });
 
+  it('no longer lists or finds a VM once its deletion was answered, although the cache still shows it', async () => {
+    const c = cls();
+    const created = await driver.createMachine(req('m1', c));
+    await driver.createMachine(req('m2', c));
+    await settle(2);
+    target.holdWatches();
+    expect(await code(driver.deleteMachine(req('m1', c, created.providerID)))).to.equal('OK');
+    expect(nodes.size(), 'the cache still shows the VM').to.equal(2);
+    const listed = await driver.listMachines({ machineClass: c, secret: { metadata: {} } });
+    expect(listed.machineList).to.deep.equal({ 'virtual://z1/m2': 'm2' });
+    expect(await code(driver.getMachineStatus(req('m1', c, created.providerID)))).to.equal('NotFound');
+    target.releaseWatches();
+    await settle(1);
+    // A new VM of the same name (another object) is seen again.
+    await driver.createMachine(req('m1', c));
+    await settle(2);
+    expect(
+      (await driver.listMachines({ machineClass: c, secret: { metadata: {} } })).machineList,
+    ).to.have.keys('virtual://z1/m1', 'virtual://z1/m2');
+  });
+
   it('fails with ResourceExhausted once a zone is full, counting creations in flight', async () => {
     const c = cls({ zoneCapacity: { z1: 2 } });
     const results = await Promise.all(['a', 'b', 'c'].map((n) => code(driver.createMachine(req(n, c)))));
