@@ -186,16 +186,26 @@ describe('cluster-autoscaler with two AWS node groups on the EC2 emulator (real 
     const nodes = (await env.client.list<Node>(CoreResources.nodes)).items.filter((n) =>
       spareNodes.has(n.metadata.name ?? ''),
     );
-    // 1.5 of 4 CPUs per pod: two pods fit an m5.xlarge node, so 3 pods need 2 nodes.
-    expect(nodes.map((n) => n.metadata.labels?.['node.kubernetes.io/instance-type'])).to.deep.equal([
-      SPARE.type,
-      SPARE.type,
-    ]);
     const live = (await taggedInstances(cloud.ec2)).filter(isLive);
     // What the cloud and the group held at this moment, for the messages below.
     const seen =
       `spare machines: ${spareMachines.map((m) => `${m.metadata.name ?? ''} ${m.status?.currentStatus?.phase ?? '-'} (${m.status?.lastOperation?.description ?? ''})`).join('; ')}; ` +
       `live instances: ${live.map((i) => `${i.InstanceId ?? ''} ${i.InstanceType ?? ''} ${i.State?.Name ?? ''} Name=${tagOf(i, 'Name') ?? ''}`).join('; ')}`;
+    // The autoscaler's own account of its scale-ups and of the scarce group's failure.
+    const decisions = (ca?.log() ?? '')
+      .split('\n')
+      .filter((l) =>
+        /scale-up|scale up|backoff|backed off|OutOfResource|Failed adding|DeleteNodes|Failed to|error/i.test(
+          l,
+        ),
+      )
+      .slice(-40)
+      .join('\n');
+    // 1.5 of 4 CPUs per pod: two pods fit an m5.xlarge node, so 3 pods need 2 nodes.
+    expect(
+      nodes.map((n) => n.metadata.labels?.['node.kubernetes.io/instance-type']),
+      `two m5.xlarge nodes for 3 pods (${seen})\n--- cluster-autoscaler's decisions\n${decisions}`,
+    ).to.deep.equal([SPARE.type, SPARE.type]);
     expect(
       live.every((i) => i.InstanceType === SPARE.type),
       `no m5.large instance exists (${seen})`,
