@@ -54,7 +54,7 @@ const ZONE_INDEX = 'virtual-vm-zone';
  * The VMs this process deleted that its cache still shows (by VM name: the UID of the deleted
  * object), so that a VM reads as terminating from the moment its deletion was answered, not only
  * once the watch delivers it: ListMachines and GetMachineStatus right after DeleteMachine see
- * their own deletion. An entry goes when the cache drops that object or shows another one.
+ * their own deletion. An entry goes when the cache drops that object or holds another one.
  */
 class Deleted {
   private readonly uids = new Map<string, string>();
@@ -63,20 +63,25 @@ class Deleted {
     if (uid !== '') this.uids.set(name, uid);
   }
 
+  /** Whether the object of that VM name and UID is one this process deleted. */
+  has(name: string | undefined, uid: string | undefined): boolean {
+    return uid !== undefined && uid !== '' && this.uids.get(name ?? '') === uid;
+  }
+
   /** The record, marked terminating when it is an object this process deleted. */
   apply(rec: VmRecord): VmRecord {
-    const uid = this.uids.get(rec.name);
-    if (uid === undefined) return rec;
-    if (uid !== rec.uid) {
-      this.uids.delete(rec.name);
-      return rec;
-    }
-    return rec.terminating ? rec : { ...rec, terminating: true };
+    return !rec.terminating && this.has(rec.name, rec.uid) ? { ...rec, terminating: true } : rec;
   }
 
   /** The cache no longer holds the VM's object. */
   forget(name: string, uid: string): void {
     if (this.uids.get(name) === uid) this.uids.delete(name);
+  }
+
+  /** The cache holds another object under that name (a relist replaced the deleted one). */
+  replaced(name: string, uid: string): void {
+    const deleted = this.uids.get(name);
+    if (deleted !== undefined && deleted !== uid) this.uids.delete(name);
   }
 }
 
@@ -120,6 +125,9 @@ export class NodeVmStore implements VmStore {
       return isVmNode(n) && zone !== undefined ? [zone] : [];
     });
     nodes.addHandler({
+      onUpdate: (_old, n) => {
+        this.deleted.replaced(n.metadata.name ?? '', n.metadata.uid ?? '');
+      },
       onDelete: (n) => {
         this.deleted.forget(n.metadata.name ?? '', n.metadata.uid ?? '');
       },
@@ -153,7 +161,10 @@ export class NodeVmStore implements VmStore {
   countInZone(zone: string): number {
     return this.nodes
       .byIndex(ZONE_INDEX, zone)
-      .filter((n) => !this.deleted.apply(vmRecordOfNode(n)).terminating).length;
+      .filter(
+        (n) =>
+          n.metadata.deletionTimestamp === undefined && !this.deleted.has(n.metadata.name, n.metadata.uid),
+      ).length;
   }
 
   async create(vm: NewVm, now: number, signal?: AbortSignal): Promise<VmRecord> {
@@ -270,6 +281,9 @@ export class ConfigMapVmStore implements VmStore {
     this.informer.addIndexer(this.byName, (cm) => (cm.data?.name === undefined ? [] : [cm.data.name]));
     this.informer.addIndexer(ZONE_INDEX, (cm) => (cm.data?.zone === undefined ? [] : [cm.data.zone]));
     this.informer.addHandler({
+      onUpdate: (_old, cm) => {
+        this.deleted.replaced(cm.data?.name ?? '', cm.metadata.uid ?? '');
+      },
       onDelete: (cm) => {
         this.deleted.forget(cm.data?.name ?? '', cm.metadata.uid ?? '');
       },
@@ -305,7 +319,10 @@ export class ConfigMapVmStore implements VmStore {
   countInZone(zone: string): number {
     return this.informer
       .byIndex(ZONE_INDEX, zone)
-      .filter((cm) => !this.deleted.apply(vmRecordOfConfigMap(cm)).terminating).length;
+      .filter(
+        (cm) =>
+          cm.metadata.deletionTimestamp === undefined && !this.deleted.has(cm.data?.name, cm.metadata.uid),
+      ).length;
   }
 
   async create(vm: NewVm, _now: number, signal?: AbortSignal): Promise<VmRecord> {

@@ -177,6 +177,20 @@ describe('MachineController deletion: only a node proved to be the machine’s i
 describe('MachineController deletion: requests per machine (in-memory API)', () => {
   const NODE_FINALIZER = 'node.machine.sapcloud.io/machine-controller';
 
+  /** A deleting machine m1 whose VM node exists, the caches synced. */
+  async function deletingWithNode(): Promise<Awaited<ReturnType<typeof machineControllerEnv>>> {
+    const r = await machineControllerEnv([machineWithVm('m1', { deleting: true })]);
+    r.env.seed(CoreResources.nodes, vmNode('m1'));
+    await r.env.settle();
+    return r;
+  }
+  /** The error a pass failed with, as text, or undefined when it succeeded. */
+  const failureOf = (p: Promise<unknown>): Promise<string | undefined> =>
+    p.then(
+      () => undefined,
+      (e: unknown) => String(e),
+    );
+
   it('does not delete a node a second time when the VM’s deletion already deleted it (the finalizer removal shows the deletion pending)', async () => {
     const m1 = machineWithVm('m1', {
       deleting: true,
@@ -229,20 +243,14 @@ describe('MachineController deletion: requests per machine (in-memory API)', () 
   });
 
   it('sends the Terminating condition and the cordon together, and deletes no VM when one of them fails', async () => {
-    const m1 = machineWithVm('m1', { deleting: true });
-    const { env, mc } = await machineControllerEnv([m1]);
+    const { env, mc } = await deletingWithNode();
     try {
-      env.seed(CoreResources.nodes, vmNode('m1'));
-      await env.settle();
       env.target.react((a) =>
         a.verb === 'patch' && a.name === 'm1' && a.subresource === 'status'
           ? new Error('injected: the condition failed')
           : undefined,
       );
-      const err = await mc.reconcile('default/m1', rctx).then(
-        () => undefined,
-        (e: unknown) => String(e),
-      );
+      const err = await failureOf(mc.reconcile('default/m1', rctx));
       expect(err, 'the pass fails with the condition’s error').to.include('injected: the condition failed');
       const node = env.target.peek<Node>(CoreResources.nodes, 'm1');
       expect(node?.spec?.unschedulable, 'the cordon was sent beside the condition').to.equal(true);
@@ -254,21 +262,15 @@ describe('MachineController deletion: requests per machine (in-memory API)', () 
   });
 
   it('sends the machine’s Terminating mark beside the node’s condition and cordon, and deletes no VM while the mark is not written', async () => {
-    const m1 = machineWithVm('m1', { deleting: true });
-    const { env, mc } = await machineControllerEnv([m1]);
+    const { env, mc } = await deletingWithNode();
     try {
-      env.seed(CoreResources.nodes, vmNode('m1'));
-      await env.settle();
       let failed = false;
       env.api.react((a) => {
         if (failed || a.verb !== 'patch' || a.name !== 'm1' || a.subresource !== 'status') return undefined;
         failed = true;
         return new Error('injected: the mark failed');
       });
-      const err = await mc.reconcile('default/m1', rctx).then(
-        () => undefined,
-        (e: unknown) => String(e),
-      );
+      const err = await failureOf(mc.reconcile('default/m1', rctx));
       expect(err, 'the pass fails with the mark’s error').to.include('injected: the mark failed');
       const node = env.target.peek<Node>(CoreResources.nodes, 'm1');
       expect(node?.spec?.unschedulable, 'the cordon went out beside the mark').to.equal(true);
