@@ -62,6 +62,13 @@ interface AwsRun {
   row: (string | number)[];
   /** EC2 calls per machine by action, 0→N and N→0 together. */
   byAction: Map<string, number>;
+  /** Calls an SDK sent again by itself (attempt 2 or later), 0→N→0, all actions. */
+  retried: number;
+  /** TerminateInstances calls sent again by the SDK. */
+  terminateRetried: number;
+  /** Instances named by more than one TerminateInstances call, and the most calls for one. */
+  terminatedAgain: number;
+  mostTerminations: number;
 }
 
 async function metricsText(port: number): Promise<string> {
@@ -263,6 +270,10 @@ async function scenario(impl: Impl, replicas: number): Promise<AwsRun> {
         (cpu * 1000) / replicas,
       ],
       byAction: new Map([...proxy.calls].map(([action, n]) => [action, n / replicas])),
+      retried: [...proxy.retried.values()].reduce((a, b) => a + b, 0),
+      terminateRetried: proxy.retried.get('TerminateInstances') ?? 0,
+      terminatedAgain: [...proxy.terminations.values()].filter((n) => n > 1).length,
+      mostTerminations: Math.max(0, ...proxy.terminations.values()),
     };
   } finally {
     await machines.stop();
@@ -305,6 +316,25 @@ export async function benchAws(): Promise<void> {
     'EC2 calls per machine by action, 0→N→0 (counted at the proxy in front of the emulator)',
     ['implementation', 'machines', ...actions],
     runs.map((r) => [r.row[0] ?? '', r.machines, ...actions.map((a) => r.byAction.get(a) ?? 0)]),
+  );
+  printTable(
+    'Calls sent more than once, 0→N→0: SDK retries (the `amz-sdk-request` header says attempt 2 or later) and instances named by more than one TerminateInstances',
+    [
+      'implementation',
+      'machines',
+      'SDK retries (all actions)',
+      'TerminateInstances retried by the SDK',
+      'instances terminated more than once',
+      'most TerminateInstances for one instance',
+    ],
+    runs.map((r) => [
+      r.row[0] ?? '',
+      r.machines,
+      r.retried,
+      r.terminateRetried,
+      r.terminatedAgain,
+      r.mostTerminations,
+    ]),
   );
   if (why !== undefined) console.log(`gardener's side not run: ${why}`);
   console.log(

@@ -195,7 +195,7 @@ describe('cluster-autoscaler with two AWS node groups on the EC2 emulator (real 
     const decisions = (ca?.log() ?? '')
       .split('\n')
       .filter((l) =>
-        /scale-up|scale up|backoff|backed off|OutOfResource|Failed adding|DeleteNodes|Failed to|error/i.test(
+        /scale-up|scale up|backoff|backed off|OutOfResource|Failed adding|DeleteNodes|Failed to|error|unregistered|unready|not started|Removing|timed out/i.test(
           l,
         ),
       )

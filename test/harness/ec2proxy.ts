@@ -29,6 +29,13 @@ function errorXml(code: string, message: string): string {
   );
 }
 
+/** The attempt an AWS SDK's `amz-sdk-request: attempt=N; max=M` header names (1 without one). */
+export function sdkAttempt(header: string | string[] | undefined): number {
+  const value = Array.isArray(header) ? header[0] : header;
+  const n = Number(/attempt=(\d+)/.exec(value ?? '')?.[1] ?? '1');
+  return Number.isFinite(n) && n > 0 ? n : 1;
+}
+
 export class Ec2FaultProxy {
   private server: http.Server | undefined;
   private rules: { rule: Ec2FaultRule; used: number }[] = [];
@@ -36,6 +43,13 @@ export class Ec2FaultProxy {
   readonly calls = new Map<string, number>();
   /** Requests a rule applied to, by action. */
   readonly faulted = new Map<string, number>();
+  /**
+   * Requests an SDK sent again on its own (its `amz-sdk-request` header says attempt 2 or later:
+   * the AWS SDKs for JavaScript v3 and Go v2 both send it), by action.
+   */
+  readonly retried = new Map<string, number>();
+  /** TerminateInstances requests naming an instance, by instance id (retries included). */
+  readonly terminations = new Map<string, number>();
   endpoint = '';
   /**
    * Sees every call the emulator executed and its answer (also when the answer is then dropped):
@@ -83,6 +97,8 @@ export class Ec2FaultProxy {
   resetCounts(): void {
     this.calls.clear();
     this.faulted.clear();
+    this.retried.clear();
+    this.terminations.clear();
   }
 
   private pick(action: string, params: URLSearchParams): Ec2FaultRule | undefined {
@@ -102,6 +118,13 @@ export class Ec2FaultProxy {
     for (const [k, v] of url.searchParams) params.append(k, v);
     const action = params.get('Action') ?? '';
     this.calls.set(action, (this.calls.get(action) ?? 0) + 1);
+    if (sdkAttempt(req.headers['amz-sdk-request']) > 1)
+      this.retried.set(action, (this.retried.get(action) ?? 0) + 1);
+    if (action === 'TerminateInstances') {
+      for (const [k, id] of params) {
+        if (k.startsWith('InstanceId.')) this.terminations.set(id, (this.terminations.get(id) ?? 0) + 1);
+      }
+    }
     const rule = this.pick(action, params);
     if (rule !== undefined) this.faulted.set(action, (this.faulted.get(action) ?? 0) + 1);
     if (rule?.error !== undefined) {
