@@ -5,7 +5,7 @@ import { MachineOperationType, MachinePhase, MachineState } from '../api/constan
 import type { Machine } from '../api/types.js';
 import type { DeepReadonly } from '../kube/informer.js';
 import type { Node } from '../kube/types.js';
-import { isTerminating, phaseOf } from '../controllers/machines.js';
+import { hasJoined, isTerminating, phaseOf } from '../controllers/machines.js';
 
 /**
  * Instance id of a machine without a Node: stable until the Node appears, and resolved back to the
@@ -48,21 +48,33 @@ type AnyMachine = Machine | DeepReadonly<Machine>;
 type AnyNode = Node | DeepReadonly<Node>;
 
 /**
+ * Whether the autoscaler is to see the machine's node as registered capacity of its group: the
+ * node has a providerID and the machine has joined (see hasJoined). Before the join the node may
+ * be Ready without the labels and taints of the machine's node template, which the machine
+ * controller applies before the machine reads Running; counted as the group's then, it would be
+ * capacity the pending pods cannot use, and the autoscaler would scale up once more for them. So
+ * until then the machine is an unregistered instance (placeholder id) and its node belongs to no
+ * group (NodeGroupForNode), and the autoscaler keeps counting the group's template node for it.
+ */
+export function isRegistered(m: AnyMachine, node: AnyNode | undefined): boolean {
+  return (node?.spec?.providerID ?? '') !== '' && hasJoined(m);
+}
+
+/**
  * One instance. `node` is the machine's Node when it exists; `marked` is true when the machine is
  * named in its deployment's trigger-deletion annotation by a mark that stands (it reports Deleting
  * at once, so the autoscaler does not count it as capacity while the controllers catch up).
  *
- * - A Node with a providerID: its providerID (what the autoscaler matches registered nodes by).
- * - No Node: the placeholder id, Creating; a creation that failed for good carries error info so
- *   the autoscaler backs the group off in one loop: out of capacity (lastOperation Create/Failed
- *   with ResourceExhausted, while it is retried too) is OutOfResources, phase Failed anything else
- *   Other. Other failed attempts being retried carry none.
+ * - Registered (isRegistered): its Node's providerID (what the autoscaler matches nodes by).
+ * - Not registered: the placeholder id, Creating; a creation that failed for good carries error
+ *   info so the autoscaler backs the group off in one loop: out of capacity (lastOperation
+ *   Create/Failed with ResourceExhausted, while it is retried too) is OutOfResources, phase Failed
+ *   anything else Other. Other failed attempts being retried carry none.
  * - Being deleted or marked: Deleting.
  */
 export function instanceOf(m: AnyMachine, node: AnyNode | undefined, marked: boolean): InstanceView {
-  const providerID = node?.spec?.providerID;
-  const registered = providerID !== undefined && providerID !== '';
-  const id = registered ? providerID : placeholderId(m.metadata.name ?? '');
+  const registered = isRegistered(m, node);
+  const id = registered ? (node?.spec?.providerID ?? '') : placeholderId(m.metadata.name ?? '');
   if (isTerminating(m) || marked) return { id, status: { instanceState: InstanceState.Deleting } };
   if (registered) return { id, status: { instanceState: InstanceState.Running } };
   const op = m.status?.lastOperation;

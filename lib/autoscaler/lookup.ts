@@ -6,7 +6,7 @@
 import { Label } from '../api/constants.js';
 import type { Machine, MachineDeployment, MachineSet } from '../api/types.js';
 import { MACHINE_NODE_INDEX, NODE_MACHINE_INDEX, type SharedInformers } from '../controllers/context.js';
-import { controllerRefOf } from '../controllers/machines.js';
+import { controllerRefOf, vmKey } from '../controllers/machines.js';
 import type { Clock } from '../kube/clock.js';
 import { CONTROLLER_UID_INDEX, type DeepReadonly } from '../kube/informer.js';
 import type { Node } from '../kube/types.js';
@@ -47,8 +47,10 @@ export class GroupLookup {
     private readonly clock: Clock,
     private readonly log: Logger,
   ) {
+    // By the VM the providerID names: a kubelet may register another form of it than the driver
+    // recorded on the machine (AWS: the zone where the machine has the region).
     informers.machines.addIndexer(MACHINE_PROVIDER_ID_INDEX, (m) =>
-      m.spec?.providerID === undefined || m.spec.providerID === '' ? [] : [m.spec.providerID],
+      m.spec?.providerID === undefined || m.spec.providerID === '' ? [] : [vmKey(m.spec.providerID)],
     );
     const dirty = (): void => {
       this.groupCache = undefined;
@@ -169,7 +171,7 @@ export class GroupLookup {
   }
 
   /**
-   * The machine behind a node the autoscaler names: a placeholder id; the exact providerID; the
+   * The machine behind a node the autoscaler names: a placeholder id; the providerID's VM; the
    * node's machine-name label; a machine whose `node` label is the node's name; finally the last
    * providerID segment as a machine name (gardener's rule, for providers that name VMs so).
    */
@@ -179,7 +181,7 @@ export class GroupLookup {
     const placeholder = machineOfPlaceholder(node.providerID) ?? machineOfPlaceholder(node.name);
     if (placeholder !== undefined) return machines.get(ns, placeholder);
     if (node.providerID !== '') {
-      const byId = machines.byIndex(MACHINE_PROVIDER_ID_INDEX, node.providerID)[0];
+      const byId = machines.byIndex(MACHINE_PROVIDER_ID_INDEX, vmKey(node.providerID))[0];
       if (byId !== undefined) return byId;
     }
     const labelled = node.labels[Label.NodeMachineName];

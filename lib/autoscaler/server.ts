@@ -18,6 +18,7 @@ import { Annotation } from '../api/constants.js';
 import { replicasOf } from '../api/replicas.js';
 import { MachineDeploymentResource, type MachineClass, type MachineDeployment } from '../api/types.js';
 import type { SharedInformers } from '../controllers/context.js';
+import { hasJoined } from '../controllers/machines.js';
 import type { KubeApi } from '../kube/client.js';
 import type { Clock } from '../kube/clock.js';
 import { FencedError, errorMessage, isConflict, isNotFound } from '../kube/errors.js';
@@ -35,7 +36,7 @@ import {
   unimplemented,
 } from './errors.js';
 import type { NodeGroup, NodeGroupFlag } from './groups.js';
-import { instanceOf } from './instances.js';
+import { instanceOf, isRegistered, machineOfPlaceholder } from './instances.js';
 import { GroupLookup, type NodeRef } from './lookup.js';
 import { RefusalLog, clientIdentity, describeClient, isAllowedClient } from './authz.js';
 import { autoscalerMetrics, callRecorder, type AutoscalerMetrics, type CallRecorder } from './metrics.js';
@@ -359,8 +360,16 @@ export class AutoscalerServer {
   private nodeGroupForNode(node: WireNode | undefined): unknown {
     if (node === undefined) return notAutoscaled();
     try {
-      const m = this.lookup.machineForNode(toRef(node));
-      const g = m === undefined ? undefined : this.lookup.groupOfMachine(m);
+      const ref = toRef(node);
+      const m = this.lookup.machineForNode(ref);
+      // A real node counts as its group's once its machine joined (see isRegistered); the
+      // autoscaler's stand-ins for unregistered instances (placeholder ids) always do.
+      const own =
+        m !== undefined &&
+        (hasJoined(m) ||
+          machineOfPlaceholder(ref.providerID) !== undefined ||
+          machineOfPlaceholder(ref.name) !== undefined);
+      const g = own ? this.lookup.groupOfMachine(m) : undefined;
       return g === undefined ? notAutoscaled() : this.answersOf(g).forNode;
     } catch (err) {
       this.log.error('NodeGroupForNode lookup failed; answering "not autoscaled"', { err, node: node.name });
@@ -642,7 +651,7 @@ export class AutoscalerServer {
         mcd,
         sets: this.lookup.sets(mcd),
         machines: this.lookup.machines(mcd),
-        registered: (m) => this.lookup.nodeOf(m) !== undefined,
+        registered: (m) => isRegistered(m, this.lookup.nodeOf(m)),
         going: this.going(mcd),
         delta,
         now: this.opts.clock.now(),

@@ -16,16 +16,21 @@ export function phaseOf(m: AnyMachine): MachinePhase {
 }
 
 /**
- * Whether two providerIDs name the same VM: equal, or of the same scheme with the same last path
- * segment (a kubelet may register another form than the driver returned, e.g. AWS's
- * `aws:///<zone>/<id>` for the driver's `aws:///<region>/<id>`).
+ * The VM a providerID names, as a key: `<scheme>://<last path segment>` for ids of the
+ * `<scheme>://…/<id>` form, else the id itself. Two providerIDs name the same VM exactly when
+ * their keys are equal: a kubelet may register another form than the driver returned, e.g. AWS's
+ * `aws:///<zone>/<id>` for the driver's `aws:///<region>/<id>`.
  */
+export function vmKey(providerID: string): string {
+  const sep = providerID.indexOf('://');
+  const last = providerID.slice(providerID.lastIndexOf('/') + 1);
+  if (sep <= 0 || last === '' || providerID.lastIndexOf('/') < sep + 2) return providerID;
+  return `${providerID.slice(0, sep)}://${last}`;
+}
+
+/** Whether two providerIDs name the same VM (see vmKey); an empty one names none. */
 export function sameVM(a: string, b: string): boolean {
-  if (a === '' || b === '') return false;
-  if (a === b) return true;
-  const scheme = (id: string): string => id.slice(0, id.indexOf('://'));
-  const last = (id: string): string => id.slice(id.lastIndexOf('/') + 1);
-  return a.includes('://') && scheme(a) === scheme(b) && last(a) !== '' && last(a) === last(b);
+  return a !== '' && b !== '' && vmKey(a) === vmKey(b);
 }
 
 /**
@@ -38,6 +43,22 @@ export function nodeBelongsTo(node: Node | DeepReadonly<Node>, m: AnyMachine): b
   const claimedBy = node.metadata.labels?.[Label.NodeMachineName] ?? '';
   if (claimedBy !== '') return claimedBy === m.metadata.name;
   return sameVM(node.spec?.providerID ?? '', m.spec?.providerID ?? '');
+}
+
+/** Phases of a machine whose node has not joined: not created yet, created, or failing to create. */
+const NOT_JOINED: ReadonlySet<string> = new Set<string>([
+  MachinePhase.Creating,
+  MachinePhase.Pending,
+  MachinePhase.Available,
+  MachinePhase.CrashLoopBackOff,
+]);
+
+/**
+ * Whether the machine's node has joined: the machine left the creation phases (it became Running
+ * once, with its node's template applied; see the machine controller's join).
+ */
+export function hasJoined(m: AnyMachine): boolean {
+  return !NOT_JOINED.has(phaseOf(m));
 }
 
 /** Being deleted: deletion requested or already in the Terminating phase. */

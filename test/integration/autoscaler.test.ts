@@ -154,6 +154,48 @@ describe('autoscaler externalgrpc server (real kube-apiserver, manager with the 
     expect(empty.id).to.equal('');
   });
 
+  it('counts a booting node as no group’s and its machine as an unregistered instance until the machine joined', async () => {
+    // The class's VMs boot for an hour: each registers its node NotReady and its machine stays
+    // Pending. The node may turn Ready before it has its template's labels and taints; the
+    // autoscaler must keep counting the group's template node for it until the machine joined.
+    await env.createClass('booting', { bootDelay: '1h' });
+    await env.createDeployment('booting', 1, 'booting');
+    await env.client.patch(
+      MachineDeploymentResource,
+      'booting',
+      { metadata: { annotations: { [GroupAnnotation.MinSize]: '0', [GroupAnnotation.MaxSize]: '2' } } },
+      { type: 'merge', namespace: NS },
+    );
+    const id = `${NS}/booting`;
+    const { machine, node } = await until('a Pending machine with its node registered', async () => {
+      const m = (await env.machines('booting'))[0];
+      const n = (await env.nodes()).find((x) => x.metadata.name === m?.metadata.labels?.node);
+      return m !== undefined && n !== undefined && phaseOf(m) === 'Pending'
+        ? { machine: m, node: n }
+        : undefined;
+    });
+    const name = machine.metadata.name ?? '';
+    await until('the group served', async () => (await instances(id)).length === 1);
+    const listed = await instances(id);
+    expect(listed.map((i) => [i.id, i.status.instanceState, i.status.errorInfo ?? null])).to.deep.equal([
+      [`requested://${name}`, 'instanceCreating', null],
+    ]);
+    const forNode = (
+      await ca.call('NodeGroupForNode', {
+        node: { providerID: node.spec?.providerID, name: node.metadata.name },
+      })
+    ).nodeGroup as { id: string };
+    expect(forNode.id, 'the booting node').to.equal('');
+    const fake = `requested://${name}`;
+    const forPlaceholder = (await ca.call('NodeGroupForNode', { node: { providerID: fake, name: fake } }))
+      .nodeGroup as { id: string };
+    expect(forPlaceholder.id, 'the autoscaler’s stand-in for the unregistered instance').to.equal(id);
+    expect(phaseOf((await env.machines('booting'))[0] ?? machine), 'still Pending after the calls').to.equal(
+      'Pending',
+    );
+    await env.client.delete(MachineDeploymentResource, 'booting', { namespace: NS });
+  });
+
   it('IncreaseSize raises replicas with read-your-writes TargetSize and refuses beyond max, bad deltas and unknown groups', async () => {
     const id = `${NS}/flagged`;
     expect(await targetSize(id)).to.equal(2);

@@ -394,6 +394,8 @@ export class MachineController {
     let result: ReconcileResult =
       recheck.length === 0 ? {} : { requeueAfter: Math.max(1000, Math.min(...recheck)) };
     let current: CachedMachine | Machine = m;
+    const liveNode = node !== undefined && node.metadata.deletionTimestamp === undefined ? node : undefined;
+    let synced = false;
     const t = decision.transition;
     if (t !== undefined) {
       change.phase = t.phase;
@@ -428,14 +430,20 @@ export class MachineController {
           d.recorder.event(m, 'Warning', MachineEventReason.MachineFailed, t.lastOperation.description ?? '');
         }
       } else {
+        // A joining machine's node carries its template (labels, taints) before the machine reads
+        // Running: from then on the autoscaler counts the node as its group's capacity, which the
+        // pending pods must be able to use (see autoscaler/instances.ts isRegistered).
+        if (t.reason === 'joined' && liveNode !== undefined) {
+          await this.syncNode(m, liveNode);
+          synced = true;
+        }
         current = await patchMachineStatus(d.client, m, change, now);
         await this.afterTransition(current, t.reason, t.joinDurationMs, log);
       }
     } else if (change.conditions !== undefined) {
       current = await patchMachineStatus(d.client, m, change, now);
     }
-    if (node !== undefined && node.metadata.deletionTimestamp === undefined)
-      await this.syncNode(current, node);
+    if (liveNode !== undefined && !synced) await this.syncNode(current, liveNode);
     return { result, machine: current };
   }
 

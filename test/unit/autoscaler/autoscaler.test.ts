@@ -12,7 +12,12 @@ import {
   parseNodeGroupFlag,
   type NodeGroup,
 } from '../../../lib/autoscaler/groups.js';
-import { instanceOf, machineOfPlaceholder, placeholderId } from '../../../lib/autoscaler/instances.js';
+import {
+  instanceOf,
+  isRegistered,
+  machineOfPlaceholder,
+  placeholderId,
+} from '../../../lib/autoscaler/instances.js';
 import { decodeNode, encodeNode } from '../../../lib/autoscaler/proto.js';
 import {
   planDecrease,
@@ -165,6 +170,24 @@ describe('autoscaler instances', () => {
     expect(machineOfPlaceholder(placeholderId('m1'))).to.equal('m1');
     expect(machineOfPlaceholder('virtual://z/m1')).to.equal(undefined);
   });
+  it('keeps a machine whose node registered before it joined unregistered: placeholder id, Creating', () => {
+    // The node may be Ready before it carries its template's labels and taints; counted as the
+    // group's capacity then, the autoscaler would scale up again for pods that cannot use it.
+    for (const phase of ['Pending', 'Available', 'CrashLoopBackOff', '']) {
+      const m = machine('m1', { phase });
+      expect(isRegistered(m, node('virtual://z/m1')), `phase "${phase}"`).to.equal(false);
+      expect(instanceOf(m, node('virtual://z/m1'), false), `phase "${phase}"`).to.deep.equal({
+        id: 'requested://m1',
+        status: { instanceState: 'instanceCreating' },
+      });
+    }
+    for (const phase of ['Running', 'Unknown', 'Failed', 'InPlaceUpdating']) {
+      expect(isRegistered(machine('m1', { phase }), node('virtual://z/m1')), `phase "${phase}"`).to.equal(
+        true,
+      );
+    }
+    expect(isRegistered(machine('m1'), node('')), 'a node without providerID').to.equal(false);
+  });
   it('reports deleting for terminating and marked machines', () => {
     expect(instanceOf(machine('m1', { deleting: true }), node('p'), false).status.instanceState).to.equal(
       'instanceDeleting',
@@ -272,6 +295,11 @@ describe('autoscaler instances of machines gardener’s provider-side controller
       },
     });
     expect(instanceOf(pending, undefined, false)).to.deep.equal({
+      id: 'requested://m2',
+      status: { instanceState: 'instanceCreating' },
+    });
+    // Its node registered (the kubelet's zone form of the id) before gardener's controller saw it join.
+    expect(instanceOf(pending, node('aws:///eu-west-1a/i-0abc'), false)).to.deep.equal({
       id: 'requested://m2',
       status: { instanceState: 'instanceCreating' },
     });

@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 
-import { nodeBelongsTo, sameVM } from '../../../lib/controllers/machines.js';
+import { nodeBelongsTo, sameVM, vmKey } from '../../../lib/controllers/machines.js';
 import type { Node } from '../../../lib/kube/types.js';
 import { machine } from './builders.js';
 
@@ -14,6 +14,13 @@ describe('node ownership (pure)', () => {
     ['aws:///eu-west-1/i-0abc', '', false],
     ['i-0abc', 'x/i-0abc', false],
   ];
+  it('keys a providerID by scheme and last segment, so equal keys are the same VM', () => {
+    expect(vmKey('aws:///eu-west-1/i-0abc')).to.equal('aws://i-0abc');
+    expect(vmKey('aws:///eu-west-1a/i-0abc')).to.equal('aws://i-0abc');
+    expect(vmKey('virtual://zone-a/m1')).to.equal('virtual://m1');
+    expect(vmKey('i-0abc')).to.equal('i-0abc');
+    expect(vmKey('aws:///eu-west-1/')).to.equal('aws:///eu-west-1/');
+  });
   for (const [a, b, want] of cases) {
     it(`sameVM(${JSON.stringify(a)}, ${JSON.stringify(b)}) is ${want}`, () => {
       expect(sameVM(a, b)).to.equal(want);

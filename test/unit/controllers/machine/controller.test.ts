@@ -63,6 +63,59 @@ describe('MachineController reconcile (in-memory API)', () => {
     await env.stop();
   });
 
+  it('gives a joining machine’s node its template labels and taints before the machine reads Running', async () => {
+    // The autoscaler counts the node as its group's capacity once the machine is Running: by then
+    // the node must carry what the group's template node promised the pending pods.
+    const joining = machine(
+      'm1',
+      { labels: { node: 'm1' } },
+      { currentStatus: { phase: 'Pending', timeoutActive: true, lastUpdateTime: '2026-11-21T09:59:00Z' } },
+    );
+    joining.spec = {
+      ...joining.spec,
+      providerID: 'virtual://virtual-zone-a/m1',
+      nodeTemplate: {
+        metadata: { labels: { pool: 'a' } },
+        spec: { taints: [{ key: 'dedicated', value: 'a', effect: 'NoSchedule' }] },
+      },
+    };
+    const node: Node = {
+      apiVersion: 'v1',
+      kind: 'Node',
+      metadata: { name: 'm1', uid: 'node-uid', labels: { 'virtual.mcm-ts.io/vm': 'true' } },
+      spec: { providerID: 'virtual://virtual-zone-a/m1' },
+      status: { conditions: [{ type: 'Ready', status: 'True' }] },
+    };
+    const { env, mc } = await machineControllerEnv([joining]);
+    env.seed(CoreResources.nodes, node);
+    await env.settle();
+    const order: string[] = [];
+    const record =
+      (side: string) => (a: { verb: string; resource: string; subresource?: string | undefined }) => {
+        if (a.verb !== 'get' && a.verb !== 'list' && a.verb !== 'watch')
+          order.push(
+            `${side} ${a.resource}:${a.verb}${a.subresource === undefined ? '' : `/${a.subresource}`}`,
+          );
+        return undefined;
+      };
+    env.api.react(record('control'));
+    env.target.react(record('target'));
+    await mc.reconcile('default/m1', rctx);
+    const running = order.indexOf('control machines.machine.sapcloud.io:patch/status');
+    const templated = order.indexOf('target nodes:patch');
+    expect(running, `machine status written (${order.join(', ')})`).to.be.greaterThan(-1);
+    expect(templated, `node patched (${order.join(', ')})`).to.be.greaterThan(-1);
+    expect(templated, `node template before Running (${order.join(', ')})`).to.be.lessThan(running);
+    const patched = env.target.writes().find((w) => w.verb === 'patch' && w.subresource === undefined);
+    expect((patched?.body as Node).metadata.labels).to.include({ pool: 'a' });
+    expect((patched?.body as Node).spec?.taints).to.deep.equal([
+      { key: 'dedicated', value: 'a', effect: 'NoSchedule' },
+    ]);
+    const status = env.api.writes().find((w) => w.subresource === 'status');
+    expect((status?.body as { status: Machine['status'] }).status?.currentStatus?.phase).to.equal('Running');
+    await env.stop();
+  });
+
   it('creates nothing for a machine whose class is missing, and says why in status and an event', async () => {
     const { env, mc } = await machineControllerEnv([machine('m1')], { machineClass: null });
     const result = await mc.reconcile('default/m1', rctx);
