@@ -47,17 +47,30 @@ export interface InstanceView {
 type AnyMachine = Machine | DeepReadonly<Machine>;
 type AnyNode = Node | DeepReadonly<Node>;
 
+/** Whether node labels carry every label of the machine's node template (with its value). */
+export function carriesTemplate(
+  labels: Readonly<Record<string, string>> | undefined,
+  m: AnyMachine,
+): boolean {
+  const want = m.spec?.nodeTemplate?.metadata?.labels;
+  if (want === undefined) return true;
+  for (const [k, v] of Object.entries(want)) if (labels?.[k] !== v) return false;
+  return true;
+}
+
 /**
  * Whether the autoscaler is to see the machine's node as registered capacity of its group: the
- * node has a providerID and the machine has joined (see hasJoined). Before the join the node may
- * be Ready without the labels and taints of the machine's node template, which the machine
- * controller applies before the machine reads Running; counted as the group's then, it would be
- * capacity the pending pods cannot use, and the autoscaler would scale up once more for them. So
- * until then the machine is an unregistered instance (placeholder id) and its node belongs to no
- * group (NodeGroupForNode), and the autoscaler keeps counting the group's template node for it.
+ * node has a providerID, the machine has joined (see hasJoined) and the node carries the labels of
+ * the machine's node template. A node may be Ready before the machine controller applied the
+ * template (a kubelet does not know it; the controller applies it before the machine reads
+ * Running); counted as the group's then, it is capacity the pending pods cannot use (they select
+ * the template's labels), and the autoscaler scales up once more for them. So until then the
+ * machine is an unregistered instance (placeholder id) and its node belongs to no group
+ * (NodeGroupForNode checks the labels of the node as the autoscaler sent it), and the autoscaler
+ * keeps counting the group's template node for it.
  */
 export function isRegistered(m: AnyMachine, node: AnyNode | undefined): boolean {
-  return (node?.spec?.providerID ?? '') !== '' && hasJoined(m);
+  return (node?.spec?.providerID ?? '') !== '' && hasJoined(m) && carriesTemplate(node?.metadata.labels, m);
 }
 
 /**

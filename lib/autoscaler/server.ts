@@ -36,7 +36,7 @@ import {
   unimplemented,
 } from './errors.js';
 import type { NodeGroup, NodeGroupFlag } from './groups.js';
-import { instanceOf, isRegistered, machineOfPlaceholder } from './instances.js';
+import { carriesTemplate, instanceOf, isRegistered, machineOfPlaceholder } from './instances.js';
 import { GroupLookup, type NodeRef } from './lookup.js';
 import { RefusalLog, clientIdentity, describeClient, isAllowedClient } from './authz.js';
 import { autoscalerMetrics, callRecorder, type AutoscalerMetrics, type CallRecorder } from './metrics.js';
@@ -362,11 +362,12 @@ export class AutoscalerServer {
     try {
       const ref = toRef(node);
       const m = this.lookup.machineForNode(ref);
-      // A real node counts as its group's once its machine joined (see isRegistered); the
-      // autoscaler's stand-ins for unregistered instances (placeholder ids) always do.
+      // A real node counts as its group's once its machine joined and the node, as the autoscaler
+      // sees it, carries the template's labels (see isRegistered); the autoscaler's stand-ins for
+      // unregistered instances (placeholder ids) always do.
       const own =
         m !== undefined &&
-        (hasJoined(m) ||
+        ((hasJoined(m) && carriesTemplate(ref.labels, m)) ||
           machineOfPlaceholder(ref.providerID) !== undefined ||
           machineOfPlaceholder(ref.name) !== undefined);
       const g = own ? this.lookup.groupOfMachine(m) : undefined;

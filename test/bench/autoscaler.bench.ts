@@ -488,8 +488,8 @@ export async function benchAutoscaler(): Promise<void> {
       for (let i = 0; i < perGroup; i++) {
         const m = `${name}-m${i}`;
         const providerID = `virtual://bench/${m}`;
-        work.push(() =>
-          client.create<Machine>(MachineResource, {
+        work.push(async () => {
+          await client.create<Machine>(MachineResource, {
             apiVersion: API_VERSION,
             kind: 'Machine',
             metadata: {
@@ -507,8 +507,15 @@ export async function benchAutoscaler(): Promise<void> {
               ],
             },
             spec: { class: { kind: 'MachineClass', name: 'none' }, providerID },
-          }),
-        );
+          });
+          // Joined: the autoscaler counts a node as its group's only once its machine is past Pending.
+          await client.patch(
+            MachineResource,
+            m,
+            { status: { currentStatus: { phase: 'Running', lastUpdateTime: new Date().toISOString() } } },
+            { type: 'merge', namespace: NS, subresource: 'status' },
+          );
+        });
         work.push(async () => {
           await client.create<Node>(CoreResources.nodes, {
             apiVersion: 'v1',

@@ -196,6 +196,42 @@ describe('autoscaler externalgrpc server (real kube-apiserver, manager with the 
     await env.client.delete(MachineDeploymentResource, 'booting', { namespace: NS });
   });
 
+  it('counts a node as its group’s only while it carries the labels of its machine’s node template', async () => {
+    // The autoscaler sends the node as its cache holds it: one registered before the template
+    // was applied lacks the labels the pending pods select, so it is no capacity of the group yet.
+    await env.createDeployment(
+      'labelled',
+      1,
+      'bare',
+      {},
+      { nodeTemplate: { metadata: { labels: { pool: 'p1' } } } },
+    );
+    await env.client.patch(
+      MachineDeploymentResource,
+      'labelled',
+      { metadata: { annotations: { [GroupAnnotation.MinSize]: '0', [GroupAnnotation.MaxSize]: '2' } } },
+      { type: 'merge', namespace: NS },
+    );
+    const id = `${NS}/labelled`;
+    const [instance] = await runningIds(id, 1);
+    const node = (await env.nodes()).find((n) => n.spec?.providerID === instance?.id);
+    const labels = node?.metadata.labels ?? {};
+    expect(labels.pool, 'the template applied to the node').to.equal('p1');
+    const groupOf = async (l: Record<string, string>): Promise<string> =>
+      (
+        (
+          await ca.call('NodeGroupForNode', {
+            node: { providerID: node?.spec?.providerID, name: node?.metadata.name, labels: l },
+          })
+        ).nodeGroup as { id: string }
+      ).id;
+    expect(await groupOf(labels), 'with the template labels').to.equal(id);
+    const { pool: _pool, ...without } = labels;
+    expect(await groupOf(without), 'without them').to.equal('');
+    expect(await groupOf({ ...labels, pool: 'other' }), 'with another value').to.equal('');
+    await env.client.delete(MachineDeploymentResource, 'labelled', { namespace: NS });
+  });
+
   it('IncreaseSize raises replicas with read-your-writes TargetSize and refuses beyond max, bad deltas and unknown groups', async () => {
     const id = `${NS}/flagged`;
     expect(await targetSize(id)).to.equal(2);

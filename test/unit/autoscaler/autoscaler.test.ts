@@ -13,6 +13,7 @@ import {
   type NodeGroup,
 } from '../../../lib/autoscaler/groups.js';
 import {
+  carriesTemplate,
   instanceOf,
   isRegistered,
   machineOfPlaceholder,
@@ -187,6 +188,24 @@ describe('autoscaler instances', () => {
       );
     }
     expect(isRegistered(machine('m1'), node('')), 'a node without providerID').to.equal(false);
+  });
+  it('keeps a joined machine unregistered while its node lacks the labels of its node template', () => {
+    const m = machine('m1');
+    m.spec = { nodeTemplate: { metadata: { labels: { pool: 'a', tier: 'web' } } } };
+    const labelled = (labels: Record<string, string>): Node => ({
+      metadata: { name: 'n', labels },
+      spec: { providerID: 'virtual://z/m1' },
+    });
+    expect(carriesTemplate({ pool: 'a', tier: 'web', extra: 'x' }, m)).to.equal(true);
+    expect(carriesTemplate({ pool: 'a' }, m)).to.equal(false);
+    expect(carriesTemplate({ pool: 'b', tier: 'web' }, m)).to.equal(false);
+    expect(carriesTemplate(undefined, m)).to.equal(false);
+    expect(carriesTemplate(undefined, machine('m2')), 'no template').to.equal(true);
+    expect(instanceOf(m, labelled({ pool: 'a' }), false).id).to.equal('requested://m1');
+    expect(instanceOf(m, labelled({ pool: 'a', tier: 'web' }), false)).to.deep.equal({
+      id: 'virtual://z/m1',
+      status: { instanceState: 'instanceRunning' },
+    });
   });
   it('reports deleting for terminating and marked machines', () => {
     expect(instanceOf(machine('m1', { deleting: true }), node('p'), false).status.instanceState).to.equal(
