@@ -30,7 +30,7 @@ import {
 } from '../test/harness/ec2cloud.js';
 import { Ec2KubeletSimulator } from '../test/harness/ec2kubelet.js';
 import { startMoto, type Moto } from '../test/harness/moto.js';
-import { freePort } from '../test/harness/process.js';
+import { detachChildProcesses, freePort } from '../test/harness/process.js';
 import {
   autoscalerUnavailableReason,
   binaryPath,
@@ -199,6 +199,8 @@ async function main(): Promise<number> {
     return 0;
   }
   const started = Date.now();
+  // Ctrl-C reaches this process only; stop() below ends the components in order.
+  detachChildProcesses();
   say(
     'Starting a local control plane (etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kwok)...',
   );

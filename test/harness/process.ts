@@ -10,6 +10,18 @@ const live = new Set<ChildProcess>();
 /** Scratch directories to remove when the process exits before their owner removed them. */
 const scratch = new Set<string>();
 let exitHookInstalled = false;
+/** Whether children get a process group of their own (see detachChildProcesses). */
+let detachChildren = false;
+
+/**
+ * Children started from now on get a process group of their own, so a Ctrl-C at the terminal
+ * (SIGINT to the foreground group) reaches only this process, which then stops them in order (dev
+ * mode: the manager before the API server it talks to). Not for tests: a runner that kills the
+ * test's process group would leave such children running.
+ */
+export function detachChildProcesses(): void {
+  detachChildren = true;
+}
 
 function killAll(): void {
   for (const child of live) {
@@ -111,6 +123,7 @@ export class ManagedProcess {
       env: this.opts.env ?? process.env,
       cwd: this.opts.cwd,
       stdio: ['ignore', 'pipe', 'pipe'],
+      detached: detachChildren,
     });
     this.child = child;
     live.add(child);
