@@ -54,8 +54,9 @@ const NOT_JOINED: ReadonlySet<string> = new Set<string>([
 ]);
 
 /**
- * Whether the machine's node has joined: the machine left the creation phases (it became Running
- * once, with its node's template applied; see the machine controller's join).
+ * Whether the machine is past its creation: none of the creation phases. A machine reads Running
+ * once its node is Ready and carries the node template (the machine controller's join); later
+ * phases (Unknown, Failed, Terminating, in-place updates) keep the node it has.
  */
 export function hasJoined(m: AnyMachine): boolean {
   return !NOT_JOINED.has(phaseOf(m));
