@@ -3,7 +3,8 @@
 // provider lists its VMs, and a VM whose machine does not exist is deleted. A VM is only deleted
 // when its machine is neither in the cache nor in the API server (read live: the cache may lag
 // behind a machine just created) and no creation for that machine is running; a VM whose machine
-// exists is never deleted. VMs of a class that is gone cannot be listed through it: the class
+// exists is never deleted. A VM whose machine was deleted just before or while the VMs were listed
+// waits for a later pass: the machine's deletion deleted it, and the listing may predate that. VMs of a class that is gone cannot be listed through it: the class
 // controller keeps a class until a pass over its VMs came out clean (passBeforeRelease), and
 // providers that can list all their VMs (listAllMachines) are also asked for those of deleted
 // classes.
@@ -71,6 +72,11 @@ export interface OrphanPlan {
   kept: number;
   /** Of the kept VMs, those without a machine in the cache whose creation is running. */
   creating: number;
+  /**
+   * Of the kept VMs, those whose machine was deleted just before or while the VM was listed: its
+   * deletion deleted the VM, which the listing may predate. A later pass collects it if it stays.
+   */
+  settling: number;
 }
 
 /** Sorts a provider's VM listing (providerID → machine name) into kept VMs and candidates. */
@@ -79,14 +85,18 @@ export function planOrphans(
   machineOf: (name: string) => AnyMachine | undefined,
   creationInFlight: (name: string) => boolean,
   alreadySeen: ReadonlySet<string> = new Set(),
+  justDeleted: (name: string) => boolean = () => false,
 ): OrphanPlan {
-  const plan: OrphanPlan = { candidates: [], duplicates: [], kept: 0, creating: 0 };
+  const plan: OrphanPlan = { candidates: [], duplicates: [], kept: 0, creating: 0, settling: 0 };
   for (const [providerID, machineName] of Object.entries(listing).sort(([a], [b]) => a.localeCompare(b))) {
     if (alreadySeen.has(providerID)) continue;
     const m = machineOf(machineName);
     switch (classifyVm(providerID, m, creationInFlight(machineName))) {
       case 'no-machine':
-        plan.candidates.push({ providerID, machineName });
+        if (justDeleted(machineName)) {
+          plan.settling++;
+          plan.kept++;
+        } else plan.candidates.push({ providerID, machineName });
         break;
       case 'duplicate':
         plan.duplicates.push({ providerID, machineName, recorded: m?.spec?.providerID ?? '' });
@@ -133,6 +143,15 @@ interface ClassCall {
 
 /** How soon after a machine deletion the extra pass runs (deletions in a burst share it). */
 export const AFTER_DELETION_DELAY_MS = 5_000;
+/**
+ * A machine deleted less than this before a listing began, or after, leaves its VM to a later
+ * pass: its deletion flow deleted the VM, which a listing taken around then may still show (a
+ * cloud's listing may also lag its deletions a little). Shorter than AFTER_DELETION_DELAY_MS, so
+ * the pass a deletion triggers collects a VM the deletion left behind.
+ */
+export const DELETION_SETTLE_MS = 2_000;
+/** How long a machine's deletion time is remembered for passes that listed before it. */
+const DELETION_MEMORY_MS = 60_000;
 
 /** Event reasons (on the MachineClass, or the machine of a duplicate VM). */
 export const OrphanEventReason = {
@@ -187,6 +206,8 @@ export class OrphanVmCollector {
   private readonly recorder: EventRecorder;
   private readonly metrics: OrphanMetrics;
   private periodic: TimerHandle | undefined;
+  /** When each machine's delete event arrived (name → ms), for passes listing around then. */
+  private readonly deletedAt = new Map<string, number>();
 
   constructor(
     private readonly ctx: ControllerContext,
@@ -203,7 +224,8 @@ export class OrphanVmCollector {
       registry: ctx.registry,
     });
     ctx.informers.machines.addHandler({
-      onDelete: () => {
+      onDelete: (m) => {
+        this.deletedAt.set(m.metadata.name ?? '', this.ctx.clock.now());
         this.controller.enqueueAfter(PASS_KEY, AFTER_DELETION_DELAY_MS);
       },
       onUpdate: (old, m) => {
@@ -252,6 +274,8 @@ export class OrphanVmCollector {
       log.info('orphan VM collection skipped: the machine controller is frozen');
       return {};
     }
+    const now = this.ctx.clock.now();
+    for (const [name, at] of this.deletedAt) if (now - at > DELETION_MEMORY_MS) this.deletedAt.delete(name);
     const seen = new Set<string>();
     const total: PassOutcome = { collected: 0, failures: 0, waiting: 0 };
     const add = (r: PassOutcome): void => {
@@ -343,6 +367,7 @@ export class OrphanVmCollector {
     const namespace = cls.metadata.namespace ?? this.ctx.namespace;
     const className = cls.metadata.name ?? '';
     const machineClass = structuredClone(cls) as MachineClass;
+    const listedFrom = this.ctx.clock.now();
     let listing: Record<string, string>;
     try {
       listing = (await call.driver.listMachines({ machineClass, secret: call.secret })).machineList;
@@ -362,7 +387,13 @@ export class OrphanVmCollector {
       });
       return { ...none, failures: 1 };
     }
-    return this.collectListed(listing, { ...call, machineClass, namespace, events: true }, seen, log);
+    return this.collectListed(
+      listing,
+      { ...call, machineClass, namespace, events: true },
+      seen,
+      listedFrom,
+      log,
+    );
   }
 
   /**
@@ -378,6 +409,7 @@ export class OrphanVmCollector {
     const none: PassOutcome = { collected: 0, failures: 0, waiting: 0 };
     const driver = this.opts.providers.driverFor(inventory.provider);
     if (driver === undefined) return none;
+    const listedFrom = this.ctx.clock.now();
     let vms: InventoryVm[];
     try {
       vms = await inventory.listAllMachines();
@@ -405,7 +437,7 @@ export class OrphanVmCollector {
       };
       const secret: Secret = { apiVersion: 'v1', kind: 'Secret', metadata: { namespace }, data: {} };
       const call = { driver, secret, provider: inventory.provider, machineClass, namespace, events: false };
-      const r = await this.collectListed(listing, call, seen, log);
+      const r = await this.collectListed(listing, call, seen, listedFrom, log);
       total.collected += r.collected;
       total.failures += r.failures;
       total.waiting += r.waiting;
@@ -418,6 +450,7 @@ export class OrphanVmCollector {
     listing: Record<string, string>,
     call: ClassCall,
     seen: Set<string>,
+    listedFrom: number,
     log: Logger,
   ): Promise<PassOutcome> {
     const machines = this.ctx.informers.machines;
@@ -426,6 +459,7 @@ export class OrphanVmCollector {
       (name) => machines.get(call.namespace, name),
       (name) => this.creationInFlight(name),
       seen,
+      (name) => (this.deletedAt.get(name) ?? -Infinity) >= listedFrom - DELETION_SETTLE_MS,
     );
     for (const id of Object.keys(listing)) seen.add(id);
     for (const d of plan.duplicates) {
@@ -445,7 +479,11 @@ export class OrphanVmCollector {
         );
       }
     }
-    const outcome: PassOutcome = { collected: 0, failures: 0, waiting: plan.creating };
+    if (plan.settling > 0)
+      log.verbose('VMs of machines deleted around the listing are left to the next pass', {
+        vms: plan.settling,
+      });
+    const outcome: PassOutcome = { collected: 0, failures: 0, waiting: plan.creating + plan.settling };
     for (const c of plan.candidates) {
       const r = await this.collectVm(call, c, log);
       if (r === 'deleted') outcome.collected++;
