@@ -4,10 +4,10 @@
 // when its machine is neither in the cache nor in the API server (read live: the cache may lag
 // behind a machine just created) and no creation for that machine is running; a VM whose machine
 // exists is never deleted. A VM whose machine was deleted just before or while the VMs were listed
-// waits for a later pass: the machine's deletion deleted it, and the listing may predate that. VMs of a class that is gone cannot be listed through it: the class
-// controller keeps a class until a pass over its VMs came out clean (passBeforeRelease), and
-// providers that can list all their VMs (listAllMachines) are also asked for those of deleted
-// classes.
+// waits for a later pass: the machine's deletion deleted it, and the listing may predate that.
+// VMs of a class that is gone cannot be listed through it: the class controller keeps a class
+// until a pass over its VMs came out clean (passBeforeRelease), and providers that can list all
+// their VMs (listAllMachines) are also asked for those of deleted classes.
 
 import { Counter, type Registry } from 'prom-client';
 
