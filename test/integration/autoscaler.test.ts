@@ -41,6 +41,14 @@ describe('autoscaler externalgrpc server (real kube-apiserver, manager with the 
     Number((await ca.call('NodeGroupTargetSize', { id })).targetSize);
   const deployment = (name: string): Promise<MachineDeployment> =>
     env.client.get<MachineDeployment>(MachineDeploymentResource, name, NS);
+  /** Serves a deployment as a node group through the min/max annotations (any strings). */
+  const groupLimits = (name: string, min: string, max: string): Promise<unknown> =>
+    env.client.patch(
+      MachineDeploymentResource,
+      name,
+      { metadata: { annotations: { [GroupAnnotation.MinSize]: min, [GroupAnnotation.MaxSize]: max } } },
+      { type: 'merge', namespace: NS },
+    );
   const runningIds = async (id: string, n: number): Promise<Instance[]> =>
     until(`${n} running instances in ${id}`, async () => {
       const list = await instances(id);
@@ -81,26 +89,11 @@ describe('autoscaler externalgrpc server (real kube-apiserver, manager with the 
   it('serves groups from --nodes and from min/max annotations, skipping absent, invalid and max-0 deployments', async () => {
     await env.createDeployment('flagged', 2, 'small');
     const annotated = await env.createDeployment('annotated', 1, 'bare');
-    await env.client.patch(
-      MachineDeploymentResource,
-      'annotated',
-      { metadata: { annotations: { [GroupAnnotation.MinSize]: '0', [GroupAnnotation.MaxSize]: '4' } } },
-      { type: 'merge', namespace: NS },
-    );
+    await groupLimits('annotated', '0', '4');
     await env.createDeployment('broken', 1, 'bare');
-    await env.client.patch(
-      MachineDeploymentResource,
-      'broken',
-      { metadata: { annotations: { [GroupAnnotation.MinSize]: 'one', [GroupAnnotation.MaxSize]: '4' } } },
-      { type: 'merge', namespace: NS },
-    );
+    await groupLimits('broken', 'one', '4');
     await env.createDeployment('zero', 1, 'bare');
-    await env.client.patch(
-      MachineDeploymentResource,
-      'zero',
-      { metadata: { annotations: { [GroupAnnotation.MinSize]: '0', [GroupAnnotation.MaxSize]: '0' } } },
-      { type: 'merge', namespace: NS },
-    );
+    await groupLimits('zero', '0', '0');
     expect(annotated.metadata.name).to.equal('annotated');
     const groups = await until('both groups', async () => {
       const res = (await ca.call('NodeGroups')).nodeGroups as {
@@ -160,12 +153,7 @@ describe('autoscaler externalgrpc server (real kube-apiserver, manager with the 
     // autoscaler must keep counting the group's template node for it until the machine joined.
     await env.createClass('booting', { bootDelay: '1h' });
     await env.createDeployment('booting', 1, 'booting');
-    await env.client.patch(
-      MachineDeploymentResource,
-      'booting',
-      { metadata: { annotations: { [GroupAnnotation.MinSize]: '0', [GroupAnnotation.MaxSize]: '2' } } },
-      { type: 'merge', namespace: NS },
-    );
+    await groupLimits('booting', '0', '2');
     const id = `${NS}/booting`;
     const { machine, node } = await until('a Pending machine with its node registered', async () => {
       const m = (await env.machines('booting'))[0];
@@ -206,12 +194,7 @@ describe('autoscaler externalgrpc server (real kube-apiserver, manager with the 
       {},
       { nodeTemplate: { metadata: { labels: { pool: 'p1' } } } },
     );
-    await env.client.patch(
-      MachineDeploymentResource,
-      'labelled',
-      { metadata: { annotations: { [GroupAnnotation.MinSize]: '0', [GroupAnnotation.MaxSize]: '2' } } },
-      { type: 'merge', namespace: NS },
-    );
+    await groupLimits('labelled', '0', '2');
     const id = `${NS}/labelled`;
     const [instance] = await runningIds(id, 1);
     const node = (await env.nodes()).find((n) => n.spec?.providerID === instance?.id);
@@ -333,12 +316,7 @@ describe('autoscaler externalgrpc server (real kube-apiserver, manager with the 
 
   it('reports failed creations with their error class and DecreaseTargetSize removes only unregistered capacity, clamping at min', async () => {
     await env.createDeployment('tight', 4, 'tight');
-    await env.client.patch(
-      MachineDeploymentResource,
-      'tight',
-      { metadata: { annotations: { [GroupAnnotation.MinSize]: '1', [GroupAnnotation.MaxSize]: '8' } } },
-      { type: 'merge', namespace: NS },
-    );
+    await groupLimits('tight', '1', '8');
     const id = `${NS}/tight`;
     const list = await until('2 running and 2 out-of-resources instances', async () => {
       const l = await instances(id).catch(() => []);
