@@ -7,24 +7,20 @@
 // when EC2 throttles it), so they reach the driver only when they persist; RunInstances alone is
 // retried by the driver, which must know whether a failed attempt started an instance.
 
-import {
-  DescribeImagesCommand,
-  DescribeInstancesCommand,
+import type {
+  DescribeImagesCommandInput,
+  DescribeImagesCommandOutput,
+  DescribeInstancesCommandInput,
+  DescribeInstancesCommandOutput,
   EC2Client,
-  ModifyInstanceAttributeCommand,
-  RunInstancesCommand,
-  TerminateInstancesCommand,
-  type DescribeImagesCommandInput,
-  type DescribeImagesCommandOutput,
-  type DescribeInstancesCommandInput,
-  type DescribeInstancesCommandOutput,
-  type ModifyInstanceAttributeCommandInput,
-  type RunInstancesCommandInput,
-  type RunInstancesCommandOutput,
-  type TerminateInstancesCommandInput,
-  type TerminateInstancesCommandOutput,
+  ModifyInstanceAttributeCommandInput,
+  RunInstancesCommandInput,
+  RunInstancesCommandOutput,
+  TerminateInstancesCommandInput,
+  TerminateInstancesCommandOutput,
 } from '@aws-sdk/client-ec2';
-import { fromTokenFile } from '@aws-sdk/credential-provider-web-identity';
+import type * as Ec2Module from '@aws-sdk/client-ec2';
+import type * as WebIdentityModule from '@aws-sdk/credential-provider-web-identity';
 
 import type { AwsCredentials } from './credentials.js';
 
@@ -55,37 +51,112 @@ const MAX_ATTEMPTS = 5;
 const REQUEST_TIMEOUT_MS = 30_000;
 const CONNECTION_TIMEOUT_MS = 5_000;
 
-/** The real EC2 client for a region and credentials. */
-export const sdkEc2Api: Ec2ApiFactory = (region, credentials) => {
+type Ec2Sdk = typeof Ec2Module;
+type WebIdentity = typeof WebIdentityModule;
+
+let sdkLoad: Promise<[Ec2Sdk, WebIdentity]> | undefined;
+
+/**
+ * The EC2 SDK, loaded on the first EC2 call: its module graph costs about 80 MiB of resident
+ * memory, which a manager without an AWS class never needs. A failed load is not kept.
+ */
+function loadSdk(): Promise<[Ec2Sdk, WebIdentity]> {
+  sdkLoad ??= Promise.all([
+    import('@aws-sdk/client-ec2'),
+    import('@aws-sdk/credential-provider-web-identity'),
+  ]).catch((err: unknown) => {
+    sdkLoad = undefined;
+    throw err;
+  });
+  return sdkLoad;
+}
+
+interface SdkClients {
+  sdk: Ec2Sdk;
+  /** Every call but RunInstances: retried by the SDK. */
+  client: EC2Client;
+  /** RunInstances only: one attempt per call. */
+  launcher: EC2Client;
+}
+
+function sdkClients(
+  [sdk, webIdentity]: [Ec2Sdk, WebIdentity],
+  region: string,
+  credentials: AwsCredentials,
+): SdkClients {
   const config = {
     region,
     credentials:
       credentials.kind === 'static'
         ? { accessKeyId: credentials.accessKeyId, secretAccessKey: credentials.secretAccessKey }
-        : fromTokenFile({
+        : webIdentity.fromTokenFile({
             webIdentityTokenFile: credentials.tokenFile,
             roleArn: credentials.roleARN,
             roleSessionName: 'machine-controller-manager',
           }),
     requestHandler: { requestTimeout: REQUEST_TIMEOUT_MS, connectionTimeout: CONNECTION_TIMEOUT_MS },
   };
-  const client = new EC2Client({ ...config, maxAttempts: MAX_ATTEMPTS, retryMode: 'adaptive' });
-  // RunInstances is not retried by the SDK: after a timeout or a lost answer the driver first
-  // looks for the instance the attempt may have started (see AwsDriver.launch).
-  const launcher = new EC2Client({ ...config, maxAttempts: 1 });
+  return {
+    sdk,
+    client: new sdk.EC2Client({ ...config, maxAttempts: MAX_ATTEMPTS, retryMode: 'adaptive' }),
+    // RunInstances is not retried by the SDK: after a timeout or a lost answer the driver first
+    // looks for the instance the attempt may have started (see AwsDriver.launch).
+    launcher: new sdk.EC2Client({ ...config, maxAttempts: 1 }),
+  };
+}
+
+/** The real EC2 client for a region and credentials; the SDK is loaded by its first call. */
+export const sdkEc2Api: Ec2ApiFactory = (region, credentials) => {
+  let clients: Promise<SdkClients> | undefined;
+  let destroyed = false;
+  const get = (): Promise<SdkClients> => {
+    clients ??= loadSdk()
+      .then((modules) => {
+        const made = sdkClients(modules, region, credentials);
+        if (destroyed) {
+          made.client.destroy();
+          made.launcher.destroy();
+        }
+        return made;
+      })
+      .catch((err: unknown) => {
+        clients = undefined;
+        throw err;
+      });
+    return clients;
+  };
   const opts = (signal?: AbortSignal): { abortSignal?: AbortSignal } =>
     signal === undefined ? {} : { abortSignal: signal };
   return {
-    runInstances: (input, signal) => launcher.send(new RunInstancesCommand(input), opts(signal)),
-    describeInstances: (input, signal) => client.send(new DescribeInstancesCommand(input), opts(signal)),
-    describeImages: (input, signal) => client.send(new DescribeImagesCommand(input), opts(signal)),
-    terminateInstances: (input, signal) => client.send(new TerminateInstancesCommand(input), opts(signal)),
+    runInstances: async (input, signal) => {
+      const { sdk, launcher } = await get();
+      return launcher.send(new sdk.RunInstancesCommand(input), opts(signal));
+    },
+    describeInstances: async (input, signal) => {
+      const { sdk, client } = await get();
+      return client.send(new sdk.DescribeInstancesCommand(input), opts(signal));
+    },
+    describeImages: async (input, signal) => {
+      const { sdk, client } = await get();
+      return client.send(new sdk.DescribeImagesCommand(input), opts(signal));
+    },
+    terminateInstances: async (input, signal) => {
+      const { sdk, client } = await get();
+      return client.send(new sdk.TerminateInstancesCommand(input), opts(signal));
+    },
     modifyInstanceAttribute: async (input, signal) => {
-      await client.send(new ModifyInstanceAttributeCommand(input), opts(signal));
+      const { sdk, client } = await get();
+      await client.send(new sdk.ModifyInstanceAttributeCommand(input), opts(signal));
     },
     destroy: () => {
-      client.destroy();
-      launcher.destroy();
+      destroyed = true;
+      void clients?.then(
+        (c) => {
+          c.client.destroy();
+          c.launcher.destroy();
+        },
+        () => undefined,
+      );
     },
   };
 };
