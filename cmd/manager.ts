@@ -5,8 +5,10 @@
 import { ConfigError, parseArgs, usage } from '../lib/config.js';
 import { Manager } from '../lib/manager.js';
 import { createLogger } from '../lib/observability/logger.js';
+import { tuneRuntime } from '../lib/runtime.js';
 
 async function main(): Promise<number> {
+  tuneRuntime();
   let config;
   try {
     config = parseArgs(process.argv.slice(2));

@@ -1,0 +1,25 @@
+// V8 settings the manager process gives itself at start.
+//
+// On a machine with several GiB of memory V8 lets its old generation grow to up to four times
+// the live data before the next full collection. An informer cache turns its objects over on
+// every update (each new version outlives the young generation, the one it replaces becomes
+// garbage there), so a scale-down of 1,000 machines piled up 60 MiB of dead objects before V8
+// collected any. Capped at twice the live size (what Go's default GOGC=100 allows a Go
+// controller), peak RSS of that scale-down fell by 40 MiB for no measurable CPU (README,
+// Performance). A `--heap-growing-percent` given to node itself wins.
+
+import { setFlagsFromString } from 'node:v8';
+
+/** How far the old generation may grow past its live size before a full collection, in %. */
+export const HEAP_GROWING_PERCENT = 100;
+
+/** The V8 flags the manager sets on itself, given node's own command-line flags. */
+export function runtimeFlags(execArgv: readonly string[]): string[] {
+  const set = execArgv.some((a) => /^--heap[-_]growing[-_]percent(=|$)/.test(a));
+  return set ? [] : [`--heap-growing-percent=${HEAP_GROWING_PERCENT}`];
+}
+
+/** Applies runtimeFlags to this process (before the first large allocation). */
+export function tuneRuntime(execArgv: readonly string[] = process.execArgv): void {
+  for (const flag of runtimeFlags(execArgv)) setFlagsFromString(flag);
+}
