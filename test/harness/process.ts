@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { createWriteStream, readFileSync, rmSync, type WriteStream } from 'node:fs';
+import { appendFileSync, closeSync, openSync, readFileSync, rmSync } from 'node:fs';
 import net from 'node:net';
 
 /**
@@ -97,10 +97,14 @@ export interface ManagedProcessOptions {
   cwd?: string;
 }
 
-/** A long-running component (etcd, kube-apiserver, …) with its output in a log file. */
+/**
+ * A long-running component (etcd, kube-apiserver, …) with its output in a log file. The child
+ * writes to the file itself: a pipe read by this process would make every child's writes wait
+ * for this event loop (a Node child blocks on a full stdout pipe, a Go one stalls the goroutine
+ * that logs), so a busy test or benchmark process would slow down what it measures.
+ */
 export class ManagedProcess {
   private child: ChildProcess | undefined;
-  private log: WriteStream | undefined;
   private exited: Promise<number | null> = Promise.resolve(null);
   private exitCode: number | null | undefined;
 
@@ -117,18 +121,22 @@ export class ManagedProcess {
   start(): void {
     if (this.running) throw new Error(`${this.opts.name} is already running`);
     installExitHook();
-    this.log = createWriteStream(this.opts.logFile, { flags: 'a' });
     this.exitCode = undefined;
-    const child = spawn(this.opts.command, this.opts.args, {
-      env: this.opts.env ?? process.env,
-      cwd: this.opts.cwd,
-      stdio: ['ignore', 'pipe', 'pipe'],
-      detached: detachChildren,
-    });
+    const fd = openSync(this.opts.logFile, 'a');
+    let child: ChildProcess;
+    try {
+      child = spawn(this.opts.command, this.opts.args, {
+        env: this.opts.env ?? process.env,
+        cwd: this.opts.cwd,
+        stdio: ['ignore', fd, fd],
+        detached: detachChildren,
+      });
+    } finally {
+      // The child holds its own copy of the descriptor.
+      closeSync(fd);
+    }
     this.child = child;
     live.add(child);
-    child.stdout.pipe(this.log, { end: false });
-    child.stderr.pipe(this.log, { end: false });
     this.exited = new Promise((resolve) => {
       child.once('exit', (code) => {
         live.delete(child);
@@ -138,7 +146,7 @@ export class ManagedProcess {
       child.once('error', (err) => {
         live.delete(child);
         this.exitCode = -1;
-        this.log?.write(`spawn error: ${err.message}\n`);
+        appendFileSync(this.opts.logFile, `spawn error: ${err.message}\n`);
         resolve(-1);
       });
     });
@@ -152,15 +160,11 @@ export class ManagedProcess {
   /** SIGTERM, then SIGKILL after graceMs; resolves once the process is gone. */
   async stop(graceMs = 10_000): Promise<void> {
     const child = this.child;
-    if (child === undefined || this.exitCode !== undefined) {
-      this.closeLog();
-      return;
-    }
+    if (child === undefined || this.exitCode !== undefined) return;
     child.kill('SIGTERM');
     const timer = setTimeout(() => child.kill('SIGKILL'), graceMs);
     await this.exited;
     clearTimeout(timer);
-    this.closeLog();
   }
 
   /** SIGKILL without grace (simulates a crash). */
@@ -169,12 +173,6 @@ export class ManagedProcess {
     if (child === undefined || this.exitCode !== undefined) return;
     child.kill('SIGKILL');
     await this.exited;
-    this.closeLog();
-  }
-
-  private closeLog(): void {
-    this.log?.end();
-    this.log = undefined;
   }
 
   /** Last lines of the log, for error messages. */
