@@ -5,7 +5,7 @@
 
 import { Label } from './constants.js';
 import { MACHINE_CONFIGURATION_FIELDS, type MachineTemplateSpec } from './types.js';
-import { jsonEqual, withoutGoZeroValues } from '../kube/equal.js';
+import { withoutGoZeroValues } from '../kube/equal.js';
 import type { DeepReadonly } from '../kube/informer.js';
 
 type AnyTemplate = MachineTemplateSpec | DeepReadonly<MachineTemplateSpec>;
@@ -57,9 +57,28 @@ export function rolloutRelevantTemplate(template: AnyTemplate): unknown {
   return withoutGoZeroValues(copy) ?? null;
 }
 
+/** Identities of frozen templates (the informers' cached objects never change), by object. */
+const identities = new WeakMap<object, string>();
+
+/**
+ * The rollout-relevant part of a template as canonical JSON: two templates produce the same
+ * machines exactly when their identities are equal. Remembered for a frozen template, so a
+ * deployment's reconcile compares its sets' cached templates without rebuilding them each time.
+ */
+export function templateIdentity(template: AnyTemplate): string {
+  const frozen = Object.isFrozen(template);
+  if (frozen) {
+    const known = identities.get(template);
+    if (known !== undefined) return known;
+  }
+  const identity = stableStringify(rolloutRelevantTemplate(template));
+  if (frozen) identities.set(template, identity);
+  return identity;
+}
+
 /** Whether two templates produce the same machines (gardener MCM's EqualIgnoreHash). */
 export function templatesEqualIgnoringHash(a: AnyTemplate, b: AnyTemplate): boolean {
-  return jsonEqual(rolloutRelevantTemplate(a), rolloutRelevantTemplate(b));
+  return templateIdentity(a) === templateIdentity(b);
 }
 
 const FNV32_OFFSET_BASIS = 0x811c9dc5;
@@ -81,7 +100,7 @@ export function fnv32a(input: string): number {
  * counting up. Decimal, as gardener MCM writes it.
  */
 export function templateHash(template: AnyTemplate, collisionCount?: number): string {
-  let input = stableStringify(rolloutRelevantTemplate(template));
+  let input = templateIdentity(template);
   if (collisionCount !== undefined) input += `#collision=${collisionCount}`;
   return String(fnv32a(input));
 }

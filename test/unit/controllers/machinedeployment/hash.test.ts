@@ -10,6 +10,14 @@ import {
   templatesEqualIgnoringHash,
 } from '../../../../lib/api/template.js';
 
+function deepFreeze<T>(v: T): T {
+  if (v !== null && typeof v === 'object') {
+    for (const x of Object.values(v)) deepFreeze(x);
+    Object.freeze(v);
+  }
+  return v;
+}
+
 const base = (): MachineTemplateSpec => ({
   metadata: { labels: { app: 'worker', name: 'md' }, annotations: { team: 'a' } },
   spec: {
@@ -96,6 +104,24 @@ describe('machinedeployment hash', () => {
         expect(templatesEqualIgnoringHash(c.other, base())).to.equal(c.equal);
       });
     }
+
+    it('gives the same answers for frozen templates (as the informers cache them), asked again and again', () => {
+      const frozenBase = deepFreeze(base());
+      const frozen = cases.map((c) => ({ ...c, other: deepFreeze(structuredClone(c.other)) }));
+      for (let round = 0; round < 2; round++) {
+        for (const c of frozen) {
+          expect(templatesEqualIgnoringHash(frozenBase, c.other), `${c.name}, round ${round}`).to.equal(
+            c.equal,
+          );
+          expect(templatesEqualIgnoringHash(c.other, frozenBase), `${c.name}, round ${round}`).to.equal(
+            c.equal,
+          );
+          expect(templateHash(c.other), `${c.name}: the hash of the frozen copy`).to.equal(
+            templateHash(structuredClone(c.other)),
+          );
+        }
+      }
+    });
 
     it('treats missing and empty fields alike', () => {
       const a: MachineTemplateSpec = { metadata: { labels: { a: 'b' } }, spec: { class: { name: 'x' } } };
