@@ -3,7 +3,9 @@
 //   GetVMStatus → DrainNode → DeleteVM → DeleteNode → RemoveFinalizer.
 // Every step is idempotent, so a pass resumes at the recorded step (or from the start when none
 // is recorded) and runs as many steps as it can; the step is recorded when a step must wait or
-// fails, and once the VM is gone (so a restart never goes back to draining a node without VM).
+// fails, and when the drain is done, before the VM is deleted (so a restart never goes back to
+// draining a node whose VM may be gone). The machine's Terminating mark goes out with the first
+// of these records: a deletion whose node drains at once writes the machine's status once.
 // A pass can start from a cache that lags behind this process's own writes (the machine is
 // enqueued again by them while the previous pass runs): what this process knows it got past —
 // the VM deleted, the node deleted, the finalizer removed — is kept in memory by machine UID, and
@@ -188,7 +190,7 @@ class DeletionPass {
   }
 
   async getVMStatus(): Promise<StepOutcome> {
-    if (this.d.target === undefined) return { next: DeletionStep.DeleteVM };
+    if (this.d.target === undefined) return { next: DeletionStep.DeleteVM, record: true };
     if (this.nodeName === '') {
       const byLabel = this.d.informers.nodes?.byIndex(NODE_MACHINE_INDEX, this.m.metadata.name ?? '')[0];
       this.nodeName = byLabel?.metadata.name ?? '';
@@ -285,16 +287,16 @@ class DeletionPass {
           ),
         );
       }
-      // The condition (status), the cordon (spec) and the machine's Terminating mark are separate
-      // requests with no order between them: all go out at once, and all must be done before the
-      // drain looks at pods.
-      await settleAll([this.mark(), settleAll(writes, (err) => isNotFound(err))]);
+      // The condition (status) and the cordon (spec) are separate requests with no order between
+      // them: both go out at once, and both must be done before the drain looks at pods. The
+      // machine's Terminating mark waits for the drain's first outcome and goes out with it.
+      await settleAll(writes, (err) => isNotFound(err));
     }
     const drainer = this.d.drainer;
     if (drainer === undefined || node === undefined || node.metadata.deletionTimestamp !== undefined) {
       // No node left to drain: a drain that was under way ends here too.
       endDrain(this.d, drainId('deletion', objectKey(this.m)));
-      return { next: DeletionStep.DeleteVM };
+      return { next: DeletionStep.DeleteVM, record: true };
     }
     return this.drainRound(drainer);
   }
@@ -330,7 +332,7 @@ class DeletionPass {
           `Node ${this.nodeName} was drained by force: ${force}`,
         );
       }
-      return { next: DeletionStep.DeleteVM };
+      return { next: DeletionStep.DeleteVM, record: true };
     }
     const forceAt = startedAt + timeout;
     d.drainMetrics.blocked(key, namespace, name, round.blockers, (forceAt - now) / 1000);
@@ -362,12 +364,13 @@ class DeletionPass {
   }
 
   async deleteVM(): Promise<StepOutcome> {
-    // The machine reads Terminating before its VM goes.
+    // The machine reads Terminating before its VM goes (the step's record carried the mark, unless
+    // the pass resumed here).
     await this.mark();
     const c = this.call();
     if ('ok' in c) {
       // Without a recorded VM and without a class to ask the provider, there is nothing to delete.
-      if ((this.m.spec?.providerID ?? '') === '') return { next: DeletionStep.DeleteNode, record: true };
+      if ((this.m.spec?.providerID ?? '') === '') return { next: DeletionStep.DeleteNode };
       return this.failed(DeletionStep.DeleteVM, c, RetryPeriod.Medium, 'Cannot delete the VM');
     }
     try {
@@ -382,7 +385,9 @@ class DeletionPass {
         return this.failed(DeletionStep.DeleteVM, e, retry, 'Deleting the VM failed');
       }
     }
-    return { next: DeletionStep.DeleteNode, record: true };
+    // DeleteVM stays the recorded step: after a restart the pass deletes the VM again (the
+    // provider answers NotFound) and goes on from there, never back to the drain.
+    return { next: DeletionStep.DeleteNode };
   }
 
   async deleteNode(): Promise<StepOutcome> {
@@ -426,8 +431,18 @@ class DeletionPass {
     return { done: true };
   }
 
-  /** Writes a status change of the machine, after the Terminating mark. */
+  /**
+   * Writes a status change of the machine. A Terminating mark not yet sent goes out in the same
+   * write (the change is Terminating too): one round trip where there would be two.
+   */
   async record(change: StatusChange): Promise<void> {
+    const pending = this.pendingMark;
+    if (pending !== undefined) {
+      this.pendingMark = undefined;
+      this.marking = this.write({ ...pending, ...change });
+      await this.marking;
+      return;
+    }
     await this.mark();
     await this.write(change);
   }
@@ -439,8 +454,8 @@ class DeletionPass {
 
   /**
    * Sends the Terminating mark the pass started with, unless it is sent already; resolves once it
-   * is written. The drain step sends it beside the node's condition and cordon (one round trip
-   * for the three); every other write of the machine, and the VM's deletion, wait for it.
+   * is written. The first record of the pass carries it (see record()); every other write of the
+   * machine, and the VM's deletion, wait for it.
    */
   private mark(): Promise<void> {
     const change = this.pendingMark;
@@ -489,13 +504,9 @@ class DeletionPass {
     }
   }
 
-  /**
-   * Records that the pass reached `step`, then runs it. Deleting the node writes nothing of the
-   * machine, so that step runs while the record is sent (one round trip less per machine); the
-   * pass goes on only when both are done, so the finalizer is removed after the record.
-   */
+  /** Records that the pass reached `step`, then runs it. */
   private async recordAndRun(step: DeletionStep): Promise<StepOutcome> {
-    const recording = this.record({
+    await this.record({
       phase: MachinePhase.Terminating,
       deletionStep: step,
       lastOperation: lastOp(
@@ -505,13 +516,7 @@ class DeletionPass {
         this.d.clock.now(),
       ),
     });
-    if (step !== DeletionStep.DeleteNode) {
-      await recording;
-      return this.runStep(step);
-    }
-    const running = this.runStep(step);
-    await settleAll([recording, running]);
-    return running;
+    return this.runStep(step);
   }
 
   private runStep(step: DeletionStep): Promise<StepOutcome> {

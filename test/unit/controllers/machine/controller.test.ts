@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 
-import { API_VERSION, type Machine } from '../../../../lib/api/types.js';
+import { API_VERSION, MachineResource, type Machine } from '../../../../lib/api/types.js';
 import { defaultMachineControllerSettings } from '../../../../lib/controllers/machine/settings.js';
 import { CoreResources } from '../../../../lib/kube/resources.js';
 import type { Node } from '../../../../lib/kube/types.js';
@@ -134,7 +134,7 @@ describe('MachineController reconcile (in-memory API)', () => {
     await env.stop();
   });
 
-  it('deletes in order: Terminating, node condition and cordon, VM, node finalizer, machine finalizer', async () => {
+  it('deletes in order: node condition and cordon, Terminating with the VM step, VM, node finalizer, machine finalizer', async () => {
     const deleting = machine(
       'm1',
       { labels: { node: 'm1' }, deletionTimestamp: '2026-11-21T09:59:00Z' },
@@ -164,6 +164,13 @@ describe('MachineController reconcile (in-memory API)', () => {
     await env.settle();
     env.api.clearActions();
     env.target.clearActions();
+    // What the machine said when its VM (the virtual cloud's Node) was deleted.
+    let atVmDeletion: Machine['status'] | undefined;
+    env.target.react((a) => {
+      if (a.verb === 'delete' && a.resource === 'nodes')
+        atVmDeletion = env.api.peek<Machine>(MachineResource, 'm1', 'default')?.status;
+      return undefined;
+    });
     const result = await mc.reconcile('default/m1', rctx);
     expect(result).to.deep.equal({});
     const steps = [...env.api.writes(), ...env.target.writes()].map(
@@ -171,18 +178,18 @@ describe('MachineController reconcile (in-memory API)', () => {
     );
     expect(steps).to.deep.equal([
       'machines.machine.sapcloud.io:patch/status',
-      'machines.machine.sapcloud.io:patch/status',
       'machines.machine.sapcloud.io:patch',
       'nodes:patch/status',
       'nodes:patch',
       'nodes:delete',
       'nodes:patch',
     ]);
-    const [terminating, afterVm] = env.api.writes();
-    expect((terminating?.body as { status: Machine['status'] }).status?.currentStatus?.phase).to.equal(
-      'Terminating',
-    );
-    expect((afterVm?.body as { status: Machine['status'] }).status?.deletionStep).to.equal('DeleteNode');
+    const [terminating] = env.api.writes();
+    const written = (terminating?.body as { status: Machine['status'] }).status;
+    expect(written?.currentStatus?.phase, 'one status write: the mark').to.equal('Terminating');
+    expect(written?.deletionStep, 'with the step after the drain').to.equal('DeleteVM');
+    expect(atVmDeletion?.currentStatus?.phase, 'Terminating before the VM goes').to.equal('Terminating');
+    expect(atVmDeletion?.deletionStep, 'and DeleteVM recorded before it').to.equal('DeleteVM');
     await env.stop();
   });
 });

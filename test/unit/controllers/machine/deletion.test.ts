@@ -218,7 +218,7 @@ describe('MachineController deletion: requests per machine (in-memory API)', () 
     }
   });
 
-  it('records that the VM is gone before it removes the machine’s finalizer', async () => {
+  it('resumes a deletion recorded at DeleteVM (a restart) with the VM, the node and the finalizer: no drain, no status write', async () => {
     const m1 = machineWithVm('m1', {
       deleting: true,
       status: { currentStatus: { phase: 'Terminating' }, deletionStep: 'DeleteVM' },
@@ -236,7 +236,15 @@ describe('MachineController deletion: requests per machine (in-memory API)', () 
             ? `status ${String((a.body as { status?: { deletionStep?: string } }).status?.deletionStep)}`
             : `${a.verb} ${a.patchType ?? ''}`,
         );
-      expect(machineWrites).to.deep.equal(['status DeleteNode', 'patch json']);
+      expect(machineWrites, 'only the finalizer removal').to.deep.equal(['patch json']);
+      expect(await driverCalls(env, DriverOperation.DeleteMachine), 'the VM deleted (again)').to.equal(1);
+      const nodeWrites = env.target.writes().filter((a) => a.name === 'm1');
+      expect(
+        nodeWrites.map((a) => `${a.verb}${a.subresource === undefined ? '' : `/${a.subresource}`}`),
+        'no Terminating condition or cordon: the drain is not run again',
+      ).to.not.include.members(['patch/status']);
+      expect(env.target.peek<Node>(CoreResources.nodes, 'm1'), 'the node is gone').to.equal(undefined);
+      expect(env.api.all(MachineResource), 'the deletion finished').to.have.length(0);
     } finally {
       await env.stop();
     }
