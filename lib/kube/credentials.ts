@@ -1,6 +1,6 @@
 import { stat, readFile } from 'node:fs/promises';
 import https from 'node:https';
-import { createSecureContext } from 'node:tls';
+import { createSecureContext, type SecureContext } from 'node:tls';
 
 import type { Logger } from '../observability/logger.js';
 import type { Clock } from './clock.js';
@@ -13,6 +13,8 @@ interface TlsMaterial {
   ca?: Buffer | undefined;
   cert?: Buffer | undefined;
   key?: Buffer | undefined;
+  /** The three parsed once, for every connection of the agent. */
+  context: SecureContext;
 }
 
 interface TlsState {
@@ -139,8 +141,8 @@ export class ClientCredentials {
       load(this.user?.keyFile, this.user?.keyData),
     ]);
     // Throws when the certificate and key do not belong together (a rotation half done).
-    createSecureContext({ ca, cert, key });
-    return { ca, cert, key };
+    const context = createSecureContext({ ca, cert, key });
+    return { ca, cert, key, context };
   }
 
   private async refresh(now: number): Promise<https.Agent> {
@@ -166,7 +168,14 @@ export class ClientCredentials {
       current.stamp = stamp;
       return current.agent;
     }
-    const options: https.AgentOptions = { keepAlive: true, keepAliveMsecs: 30_000, scheduling: 'lifo' };
+    // The parsed context serves every connection (without it, each new connection parses the CA,
+    // certificate and key again); the material stays in the options as the agent's pool key.
+    const options: https.AgentOptions = {
+      keepAlive: true,
+      keepAliveMsecs: 30_000,
+      scheduling: 'lifo',
+      secureContext: material.context,
+    };
     if (material.ca !== undefined) options.ca = material.ca;
     if (material.cert !== undefined) options.cert = material.cert;
     if (material.key !== undefined) options.key = material.key;
