@@ -7,10 +7,14 @@
 // virtual cloud's Node), patch the Machine with providerID and node label, patch its status to
 // Pending and then to Running, delete the token: 7 requests. Each machine going: delete the
 // Machine, patch its status to Terminating, delete the VM, remove the finalizer: 4 requests.
-// Not a product: no retries beyond the client's, no ownership, no events.
+// With --node-writes (the default), also the Node requests MCM's behaviour asks of a controller:
+// the node finalizer on the new Node (1 more, 8 in all), and when the machine goes the Node's
+// Terminating condition, its cordon and the removal of its finalizer (3 more, 7 in all).
+// Requests with no order between them go out together. Not a product: no retries beyond the
+// client's, no ownership, no events.
 //
 // node dist/test/bench/nullmanager.js --kubeconfig=F --namespace=NS --deployment=NAME
-//   --kube-api-qps=Q --kube-api-burst=B --port=P [--workers=50]
+//   --kube-api-qps=Q --kube-api-burst=B --port=P [--workers=50] [--node-writes=false]
 
 import http from 'node:http';
 
@@ -31,6 +35,7 @@ import { DEFAULT_SHAPE } from '../../lib/providers/virtual/spec.js';
 import { buildVmNode } from '../../lib/providers/virtual/vm.js';
 
 const FINALIZER = 'machine.sapcloud.io/machine-controller-manager';
+const NODE_FINALIZER = 'node.machine.sapcloud.io/machine-controller';
 
 function flag(name: string, fallback?: string): string {
   const arg = process.argv.find((a) => a.startsWith(`--${name}=`));
@@ -42,6 +47,7 @@ function flag(name: string, fallback?: string): string {
 const namespace = flag('namespace');
 const deployment = flag('deployment');
 const workers = Number(flag('workers', '50'));
+const nodeWrites = flag('node-writes', 'true') !== 'false';
 const client = new KubeClient({
   kubeConfig: KubeConfig.fromFile(flag('kubeconfig')),
   qps: Number(flag('kube-api-qps')),
@@ -98,12 +104,22 @@ async function createOne(name: string): Promise<void> {
     Date.now(),
   );
   await client.create(CoreResources.nodes, node);
-  await client.patch(
-    MachineResource,
-    name,
-    { metadata: { labels: { node: name } }, spec: { providerID: node.spec?.providerID } },
-    { type: 'merge', namespace },
-  );
+  await Promise.all([
+    client.patch(
+      MachineResource,
+      name,
+      { metadata: { labels: { node: name } }, spec: { providerID: node.spec?.providerID } },
+      { type: 'merge', namespace },
+    ),
+    nodeWrites
+      ? client.patch(
+          CoreResources.nodes,
+          name,
+          { metadata: { finalizers: [NODE_FINALIZER] } },
+          { type: 'merge' },
+        )
+      : undefined,
+  ]);
   await statusPhase(name, MachinePhase.Pending);
   await statusPhase(name, MachinePhase.Running);
   await client.delete(CoreResources.secrets, token, { namespace: 'default' });
@@ -111,8 +127,37 @@ async function createOne(name: string): Promise<void> {
 
 async function deleteOne(name: string): Promise<void> {
   await client.delete(MachineResource, name, { namespace });
-  await statusPhase(name, MachinePhase.Terminating);
-  await client.delete(CoreResources.nodes, name);
+  if (!nodeWrites) {
+    await statusPhase(name, MachinePhase.Terminating);
+    await client.delete(CoreResources.nodes, name);
+  } else {
+    const now = new Date().toISOString().replace(/\.\d{3}Z$/, 'Z');
+    await Promise.all([
+      statusPhase(name, MachinePhase.Terminating),
+      client.patch(
+        CoreResources.nodes,
+        name,
+        {
+          status: {
+            conditions: [
+              {
+                type: 'Terminating',
+                status: 'True',
+                reason: 'ScaleDown',
+                message: 'Machine Controller is scaling down machine',
+                lastHeartbeatTime: now,
+                lastTransitionTime: now,
+              },
+            ],
+          },
+        },
+        { type: 'strategic', subresource: 'status' },
+      ),
+      client.patch(CoreResources.nodes, name, { spec: { unschedulable: true } }, { type: 'merge' }),
+    ]);
+    await client.delete(CoreResources.nodes, name);
+    await client.patch(CoreResources.nodes, name, { metadata: { finalizers: null } }, { type: 'merge' });
+  }
   await client.patch(MachineResource, name, { metadata: { finalizers: null } }, { type: 'merge', namespace });
 }
 
