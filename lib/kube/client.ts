@@ -17,7 +17,7 @@ import {
   WatchStalledError,
   errorFromResponse,
 } from './errors.js';
-import { ClientCredentials } from './credentials.js';
+import { ClientCredentials, agentOptions } from './credentials.js';
 import { OutageLog } from './outage.js';
 import type { WriteFence } from './fence.js';
 import { TokenBucket } from './ratelimit.js';
@@ -300,7 +300,9 @@ export interface KubeApi {
  */
 export class KubeClient implements KubeApi {
   private readonly server: URL;
-  private readonly agent: https.Agent | http.Agent;
+  /** Plain-HTTP agents (an http:// server): requests', watch streams'. */
+  private readonly agent: http.Agent;
+  private readonly streamAgent: http.Agent;
   /** Token bucket of the machine.sapcloud.io API. */
   private readonly machineBucket: TokenBucket;
   /** Token bucket of every other API (core, coordination, policy, storage …). */
@@ -326,7 +328,8 @@ export class KubeClient implements KubeApi {
     this.userAgent = opts.userAgent ?? 'machine-controller-manager-ts';
     this.requestTimeoutMs = opts.requestTimeoutMs ?? 60_000;
     this.maxRetryAfter = opts.maxRetryAfter ?? 5;
-    this.agent = new http.Agent({ keepAlive: true });
+    this.agent = new http.Agent(agentOptions(false));
+    this.streamAgent = new http.Agent(agentOptions(true));
     const outageLog = (api: string): OutageLog | undefined => {
       if (opts.logger === undefined) return undefined;
       const client = opts.name ?? this.userAgent;
@@ -351,12 +354,13 @@ export class KubeClient implements KubeApi {
   }
 
   /**
-   * The agent for the next request: for https, one carrying the current TLS material (cached,
-   * reloaded when its files change; see ClientCredentials).
+   * The agent for the next request (or watch stream, whose connections are apart from the
+   * requests' bounded pool): for https, one carrying the current TLS material (cached, reloaded
+   * when its files change; see ClientCredentials).
    */
-  private getAgent(): Promise<https.Agent | http.Agent> {
-    if (this.server.protocol === 'http:') return Promise.resolve(this.agent);
-    return this.credentials.agent();
+  private getAgent(streams: boolean): Promise<https.Agent | http.Agent> {
+    if (this.server.protocol === 'http:') return Promise.resolve(streams ? this.streamAgent : this.agent);
+    return this.credentials.agent(streams);
   }
 
   private buildUrl(path: string, query?: RequestSpec['query']): URL {
@@ -395,7 +399,7 @@ export class KubeClient implements KubeApi {
       fence?.check(what);
       throw err;
     }
-    const agent = await this.getAgent();
+    const agent = await this.getAgent(streaming);
     const headers: Record<string, string> = {
       Accept: 'application/json',
       'User-Agent': this.userAgent,
@@ -863,6 +867,7 @@ export class KubeClient implements KubeApi {
   /** Closes keep-alive sockets (call on shutdown). */
   close(): void {
     this.agent.destroy();
+    this.streamAgent.destroy();
     this.credentials.close();
   }
 }

@@ -1,4 +1,5 @@
 import { stat, readFile } from 'node:fs/promises';
+import type http from 'node:http';
 import https from 'node:https';
 import { createSecureContext, type SecureContext } from 'node:tls';
 
@@ -9,6 +10,27 @@ import { KubeConfig, type Cluster, type KubeConfigSource, type User } from './ku
 /** How often the CA, certificate and key files are checked for a change by default. */
 export const DEFAULT_CREDENTIAL_CHECK_MS = 10_000;
 
+/**
+ * Connections a client keeps to its API server for requests (watches have their own, one each).
+ * HTTP/1.1 needs a connection per request in flight, and each TLS connection holds about 100 KiB
+ * of this process's memory (and a handshake and a goroutine on the server): a burst of a thousand
+ * requests would open a thousand. Beyond this many in flight, requests wait for a free connection;
+ * at the API server's latencies that is still thousands of requests per second, above what the
+ * client-side rate limits let through (client-go multiplexes everything over one HTTP/2
+ * connection).
+ */
+export const MAX_REQUEST_CONNECTIONS = 32;
+
+/** Keep-alive agent options: a bounded pool for requests, an unbounded one for watch streams. */
+export function agentOptions(streams: boolean): http.AgentOptions {
+  return {
+    keepAlive: true,
+    keepAliveMsecs: 30_000,
+    scheduling: 'lifo',
+    ...(streams ? {} : { maxSockets: MAX_REQUEST_CONNECTIONS, maxFreeSockets: MAX_REQUEST_CONNECTIONS }),
+  };
+}
+
 interface TlsMaterial {
   ca?: Buffer | undefined;
   cert?: Buffer | undefined;
@@ -18,7 +40,10 @@ interface TlsMaterial {
 }
 
 interface TlsState {
+  /** Requests (a bounded pool). */
   agent: https.Agent;
+  /** Watch streams (a connection each, held for minutes). */
+  streamAgent: https.Agent;
   /** Identity of the files the material was read from (empty for inline data). */
   stamp: string;
   material: TlsMaterial;
@@ -55,7 +80,7 @@ export class ClientCredentials {
   private readonly files: string[];
   private tls: TlsState | undefined;
   private checkedAt = Number.NEGATIVE_INFINITY;
-  private refreshing: Promise<https.Agent> | undefined;
+  private refreshing: Promise<void> | undefined;
 
   constructor(
     kubeConfig: KubeConfigSource,
@@ -88,15 +113,22 @@ export class ClientCredentials {
     });
   }
 
-  /** The agent with the current TLS material (checking the files when the interval has passed). */
-  agent(): Promise<https.Agent> {
+  /**
+   * The agent with the current TLS material (checking the files when the interval has passed):
+   * the watch streams' own when `streams`, else the requests'.
+   */
+  async agent(streams = false): Promise<https.Agent> {
     const interval = this.opts.checkIntervalMs ?? DEFAULT_CREDENTIAL_CHECK_MS;
     const now = this.opts.clock.now();
-    if (this.tls !== undefined && now - this.checkedAt < interval) return Promise.resolve(this.tls.agent);
-    this.refreshing ??= this.refresh(now).finally(() => {
-      this.refreshing = undefined;
-    });
-    return this.refreshing;
+    if (this.tls === undefined || now - this.checkedAt >= interval) {
+      this.refreshing ??= this.refresh(now).finally(() => {
+        this.refreshing = undefined;
+      });
+      await this.refreshing;
+    }
+    const tls = this.tls;
+    if (tls === undefined) throw new Error('no TLS material');
+    return streams ? tls.streamAgent : tls.agent;
   }
 
   /** Authorization (and impersonation) headers for one request. */
@@ -114,9 +146,10 @@ export class ClientCredentials {
     return headers;
   }
 
-  /** Closes the agent's sockets (on shutdown). */
+  /** Closes the agents' sockets (on shutdown). */
   close(): void {
     this.tls?.agent.destroy();
+    this.tls?.streamAgent.destroy();
   }
 
   private async stamp(): Promise<string> {
@@ -145,19 +178,19 @@ export class ClientCredentials {
     return { ca, cert, key, context };
   }
 
-  private async refresh(now: number): Promise<https.Agent> {
+  private async refresh(now: number): Promise<void> {
     this.checkedAt = now;
     const current = this.tls;
     let stamp: string;
     let material: TlsMaterial;
     try {
       stamp = await this.stamp();
-      if (current?.stamp === stamp) return current.agent;
+      if (current?.stamp === stamp) return;
       material = await this.read();
     } catch (err) {
       if (current === undefined) throw err;
       this.opts.logger?.warn('cannot reload the client credentials; keeping the current ones', { err });
-      return current.agent;
+      return;
     }
     if (
       current !== undefined &&
@@ -166,29 +199,31 @@ export class ClientCredentials {
       sameBuffer(current.material.key, material.key)
     ) {
       current.stamp = stamp;
-      return current.agent;
+      return;
     }
     // The parsed context serves every connection (without it, each new connection parses the CA,
     // certificate and key again); the material stays in the options as the agent's pool key.
-    const options: https.AgentOptions = {
-      keepAlive: true,
-      keepAliveMsecs: 30_000,
-      scheduling: 'lifo',
-      secureContext: material.context,
+    const options = (streams: boolean): https.AgentOptions => {
+      const o: https.AgentOptions = { ...agentOptions(streams), secureContext: material.context };
+      if (material.ca !== undefined) o.ca = material.ca;
+      if (material.cert !== undefined) o.cert = material.cert;
+      if (material.key !== undefined) o.key = material.key;
+      if (this.cluster?.skipTLSVerify === true) o.rejectUnauthorized = false;
+      if (this.cluster?.tlsServerName !== undefined) o.servername = this.cluster.tlsServerName;
+      return o;
     };
-    if (material.ca !== undefined) options.ca = material.ca;
-    if (material.cert !== undefined) options.cert = material.cert;
-    if (material.key !== undefined) options.key = material.key;
-    if (this.cluster?.skipTLSVerify === true) options.rejectUnauthorized = false;
-    if (this.cluster?.tlsServerName !== undefined) options.servername = this.cluster.tlsServerName;
-    const agent = new https.Agent(options);
-    this.tls = { agent, stamp, material };
+    this.tls = {
+      agent: new https.Agent(options(false)),
+      streamAgent: new https.Agent(options(true)),
+      stamp,
+      material,
+    };
     if (current !== undefined) {
       retire(current.agent);
+      retire(current.streamAgent);
       this.opts.logger?.info('reloaded the client credentials (CA, certificate or key changed)', {
         files: this.files,
       });
     }
-    return agent;
   }
 }

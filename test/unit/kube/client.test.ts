@@ -6,6 +6,7 @@ import { expect } from 'chai';
 
 import type { KubeObject } from '../../../lib/kube/types.js';
 import { KubeClient } from '../../../lib/kube/client.js';
+import { MAX_REQUEST_CONNECTIONS } from '../../../lib/kube/credentials.js';
 import { FakeClock } from '../../../lib/kube/clock.js';
 import { LeaseFence } from '../../../lib/kube/fence.js';
 import {
@@ -47,7 +48,10 @@ class StubServer {
     });
   });
   port = 0;
+  /** TCP connections the client opened. */
+  connections = 0;
   async start(): Promise<void> {
+    this.server.on('connection', () => this.connections++);
     await new Promise<void>((r) => this.server.listen(0, '127.0.0.1', r));
     this.port = (this.server.address() as AddressInfo).port;
   }
@@ -366,6 +370,36 @@ describe('KubeClient (against a stub HTTP server)', () => {
     expect(outcome, 'still waiting just before the idle timeout').to.equal('pending');
     await clock.advance(1);
     expect(await next).to.be.instanceOf(WatchStalledError);
+  });
+
+  it(`keeps at most ${MAX_REQUEST_CONNECTIONS} connections for a burst of requests (the rest wait for one), and a watch does not wait behind them`, async () => {
+    client = new KubeClient({ kubeConfig: kubeConfig(server.port), qps: 1000, burst: 2000 });
+    const held: http.ServerResponse[] = [];
+    server.handler = (r, res) => {
+      if (r.url.includes('watch=true')) {
+        res.writeHead(200, { 'Content-Type': 'application/json' });
+        res.write('{"type":"ADDED","object":{"metadata":{"name":"w","resourceVersion":"1"}}}\n');
+        return;
+      }
+      held.push(res);
+    };
+    const burst = MAX_REQUEST_CONNECTIONS * 3;
+    const gets = Array.from({ length: burst }, (_, i) => client.get(CoreResources.nodes, `n${i}`));
+    await eventually(() => held.length >= MAX_REQUEST_CONNECTIONS, 'the bound of requests in flight');
+    expect(held).to.have.length(MAX_REQUEST_CONNECTIONS);
+    // Every request connection is busy: a watch still gets its own and its first event.
+    const watch = await client.watch<KubeObject>(CoreResources.nodes, { idleTimeoutMs: 60_000 });
+    const first = await watch.next();
+    expect(first.done, 'the watch streams while the requests wait').to.equal(false);
+    expect(held, 'no request went past the bound meanwhile').to.have.length(MAX_REQUEST_CONNECTIONS);
+    // Answer as they come: the waiting requests go out on the freed connections.
+    server.handler = (_r, res) => {
+      json(res, 200, { metadata: { name: 'n' } });
+    };
+    for (const res of held.splice(0)) json(res, 200, { metadata: { name: 'n' } });
+    await Promise.all(gets);
+    expect(server.seen.filter((r) => !r.url.includes('watch=true'))).to.have.length(burst);
+    expect(server.connections, 'request connections, plus the watch’s').to.equal(MAX_REQUEST_CONNECTIONS + 1);
   });
 
   it('ends a watch quietly when its signal aborts', async () => {
