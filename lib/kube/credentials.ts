@@ -15,8 +15,8 @@ export const DEFAULT_CREDENTIAL_CHECK_MS = 10_000;
  * HTTP/1.1 needs a connection per request in flight, and each TLS connection holds about 100 KiB
  * of this process's memory (and a handshake and a goroutine on the server): a burst of a thousand
  * requests would open a thousand. Beyond this many in flight, requests wait for a free connection;
- * at the API server's latencies that is still thousands of requests per second, above what the
- * client-side rate limits let through (client-go multiplexes everything over one HTTP/2
+ * at a few milliseconds per request that is still thousands of requests per second, above what
+ * the client-side rate limits let through (client-go multiplexes everything over one HTTP/2
  * connection).
  */
 export const MAX_REQUEST_CONNECTIONS = 32;
@@ -201,13 +201,11 @@ export class ClientCredentials {
       current.stamp = stamp;
       return;
     }
-    // The parsed context serves every connection (without it, each new connection parses the CA,
-    // certificate and key again); the material stays in the options as the agent's pool key.
+    // The parsed context (CA, certificate, key) serves every connection: without it each new
+    // connection parses the three again, and with them as options the agent turns them into its
+    // pool key on every request. An agent serves one set of material, so it needs no such key.
     const options = (streams: boolean): https.AgentOptions => {
       const o: https.AgentOptions = { ...agentOptions(streams), secureContext: material.context };
-      if (material.ca !== undefined) o.ca = material.ca;
-      if (material.cert !== undefined) o.cert = material.cert;
-      if (material.key !== undefined) o.key = material.key;
       if (this.cluster?.skipTLSVerify === true) o.rejectUnauthorized = false;
       if (this.cluster?.tlsServerName !== undefined) o.servername = this.cluster.tlsServerName;
       return o;
