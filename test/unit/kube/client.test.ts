@@ -48,10 +48,15 @@ class StubServer {
     });
   });
   port = 0;
-  /** TCP connections the client opened. */
-  connections = 0;
+  /** TCP connections open now, and the most open at once. */
+  open = 0;
+  peakOpen = 0;
   async start(): Promise<void> {
-    this.server.on('connection', () => this.connections++);
+    this.server.on('connection', (socket) => {
+      this.open++;
+      this.peakOpen = Math.max(this.peakOpen, this.open);
+      socket.once('close', () => this.open--);
+    });
     await new Promise<void>((r) => this.server.listen(0, '127.0.0.1', r));
     this.port = (this.server.address() as AddressInfo).port;
   }
@@ -399,7 +404,9 @@ describe('KubeClient (against a stub HTTP server)', () => {
     for (const res of held.splice(0)) json(res, 200, { metadata: { name: 'n' } });
     await Promise.all(gets);
     expect(server.seen.filter((r) => !r.url.includes('watch=true'))).to.have.length(burst);
-    expect(server.connections, 'request connections, plus the watch’s').to.equal(MAX_REQUEST_CONNECTIONS + 1);
+    expect(server.peakOpen, 'connections open at once: the requests’, plus the watch’s').to.equal(
+      MAX_REQUEST_CONNECTIONS + 1,
+    );
   });
 
   it('ends a watch quietly when its signal aborts', async () => {
