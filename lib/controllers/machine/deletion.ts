@@ -436,12 +436,9 @@ class DeletionPass {
    * write (the change is Terminating too): one round trip where there would be two.
    */
   async record(change: StatusChange): Promise<void> {
-    const pending = this.pendingMark;
-    if (pending !== undefined) {
-      this.pendingMark = undefined;
-      this.marking = this.write({ ...pending, ...change });
-      await this.marking;
-      return;
+    if (this.pendingMark !== undefined) {
+      this.pendingMark = { ...this.pendingMark, ...change };
+      return this.mark();
     }
     await this.mark();
     await this.write(change);
