@@ -13,16 +13,25 @@
 // Requests with no order between them go out together. Not a product: no retries beyond the
 // client's, no ownership, no events.
 //
+// With --bodies=mcm (the default) the requests carry what gardener MCM's API puts in a Machine,
+// so the API server handles objects of the size every compatible implementation writes: the
+// owner reference (to the deployment; the null manager has no MachineSet), the template-hash
+// label and the deletion-priority annotation, and in the status patches the lastOperation, the
+// timeoutActive flag and, once Running, the Node's conditions. --bodies=minimal sends only the
+// phase (the floor of the earlier runs).
+//
 // node dist/test/bench/nullmanager.js --kubeconfig=F --namespace=NS --deployment=NAME
 //   --kube-api-qps=Q --kube-api-burst=B --port=P [--workers=50] [--node-writes=false]
+//   [--bodies=mcm|minimal]
 
 import http from 'node:http';
 
-import { MachinePhase } from '../../lib/api/constants.js';
+import { MachineOperationType, MachinePhase, MachineState } from '../../lib/api/constants.js';
 import {
   API_VERSION,
   MachineDeploymentResource,
   MachineResource,
+  type LastOperation,
   type Machine,
   type MachineDeployment,
 } from '../../lib/api/types.js';
@@ -30,6 +39,7 @@ import { KubeClient } from '../../lib/kube/client.js';
 import { Informer, type DeepReadonly } from '../../lib/kube/informer.js';
 import { KubeConfig } from '../../lib/kube/kubeconfig.js';
 import { CoreResources } from '../../lib/kube/resources.js';
+import type { Node } from '../../lib/kube/types.js';
 import { nullLogger } from '../../lib/observability/logger.js';
 import { DEFAULT_SHAPE } from '../../lib/providers/virtual/spec.js';
 import { buildVmNode } from '../../lib/providers/virtual/vm.js';
@@ -48,6 +58,10 @@ const namespace = flag('namespace');
 const deployment = flag('deployment');
 const workers = Number(flag('workers', '50'));
 const nodeWrites = flag('node-writes', 'true') !== 'false';
+const bodies = flag('bodies', 'mcm');
+if (bodies !== 'mcm' && bodies !== 'minimal')
+  throw new Error(`null manager: --bodies=${bodies}: mcm or minimal`);
+const mcmBodies = bodies === 'mcm';
 const client = new KubeClient({
   kubeConfig: KubeConfig.fromFile(flag('kubeconfig')),
   qps: Number(flag('kube-api-qps')),
@@ -66,13 +80,80 @@ function now(): string {
   return new Date().toISOString().replace(/\.\d{3}Z$/, 'Z');
 }
 
-async function statusPhase(name: string, phase: MachinePhase): Promise<void> {
+/** The deployment the machines belong to (their owner reference under --bodies=mcm). */
+let owner: { name: string; uid: string } | undefined;
+
+function lastOperation(type: MachineOperationType, state: MachineState, description: string): LastOperation {
+  return { type, state, description, lastUpdateTime: now() };
+}
+
+/** The status patch of a phase: the phase alone, or with what MCM writes beside it. */
+function statusOf(name: string, phase: MachinePhase, node?: Node): Record<string, unknown> {
+  const currentStatus = { phase, lastUpdateTime: now() };
+  if (!mcmBodies) return { currentStatus };
+  if (phase === MachinePhase.Pending) {
+    return {
+      currentStatus: { ...currentStatus, timeoutActive: true },
+      lastOperation: lastOperation(
+        MachineOperationType.Create,
+        MachineState.Processing,
+        'Creating machine on cloud provider',
+      ),
+    };
+  }
+  if (phase === MachinePhase.Running) {
+    return {
+      currentStatus: { ...currentStatus, timeoutActive: false },
+      lastOperation: lastOperation(
+        MachineOperationType.Create,
+        MachineState.Successful,
+        `Machine ${name} successfully joined the cluster in 1.5s`,
+      ),
+      conditions: node?.status?.conditions ?? [],
+    };
+  }
+  return {
+    currentStatus,
+    lastOperation: lastOperation(
+      MachineOperationType.Delete,
+      MachineState.Processing,
+      'Deleting machine from cloud provider',
+    ),
+  };
+}
+
+async function statusPhase(name: string, phase: MachinePhase, node?: Node): Promise<void> {
   await client.patch(
     MachineResource,
     name,
-    { status: { currentStatus: { phase, lastUpdateTime: now() } } },
+    { status: statusOf(name, phase, node) },
     { type: 'merge', namespace, subresource: 'status' },
   );
+}
+
+/** Labels, annotation and owner of a new Machine as MCM's MachineSet writes them. */
+function machineMetadata(): Partial<Machine['metadata']> {
+  const labels = { 'test-label': 'test-label' };
+  if (!mcmBodies) return { labels };
+  return {
+    // A fixed value of a template hash's length: the null manager hashes nothing.
+    labels: { ...labels, 'machine-template-hash': '3189508691' },
+    annotations: { 'machinepriority.machine.sapcloud.io': '3' },
+    ...(owner === undefined
+      ? {}
+      : {
+          ownerReferences: [
+            {
+              apiVersion: API_VERSION,
+              kind: MachineDeploymentResource.kind,
+              name: owner.name,
+              uid: owner.uid,
+              controller: true,
+              blockOwnerDeletion: true,
+            },
+          ],
+        }),
+  };
 }
 
 async function createOne(name: string): Promise<void> {
@@ -87,7 +168,7 @@ async function createOne(name: string): Promise<void> {
   const machine: Machine = {
     apiVersion: API_VERSION,
     kind: MachineResource.kind,
-    metadata: { name, namespace, finalizers: [FINALIZER], labels: { 'test-label': 'test-label' } },
+    metadata: { name, namespace, finalizers: [FINALIZER], ...machineMetadata() },
     spec: { class: { kind: 'MachineClass', name: 'bench' } },
   };
   await client.create(MachineResource, machine);
@@ -121,7 +202,7 @@ async function createOne(name: string): Promise<void> {
       : undefined,
   ]);
   await statusPhase(name, MachinePhase.Pending);
-  await statusPhase(name, MachinePhase.Running);
+  await statusPhase(name, MachinePhase.Running, node);
   await client.delete(CoreResources.secrets, token, { namespace: 'default' });
 }
 
@@ -193,6 +274,7 @@ function follow(): void {
 }
 
 async function observe(md: DeepReadonly<MachineDeployment>): Promise<void> {
+  owner = { name: md.metadata.name ?? '', uid: md.metadata.uid ?? '' };
   wanted = md.spec?.replicas ?? 0;
   follow();
   const generation = md.metadata.generation ?? 0;

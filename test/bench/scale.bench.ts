@@ -101,6 +101,8 @@ interface Figures {
   upRequestRate: number;
   upRequestsPerMachine: number;
   upCpuMsPerMachine: number;
+  /** CPU of kube-apiserver and etcd over the same span, per machine. */
+  upControlPlaneCpuMsPerMachine: number;
   upSettleSeconds: number;
   upSettleRequests: number;
   /** Over AT_REST_SECONDS, starting when 0 → N has settled. */
@@ -108,6 +110,7 @@ interface Figures {
   downSeconds: number;
   downRequestsPerMachine: number;
   downCpuMsPerMachine: number;
+  downControlPlaneCpuMsPerMachine: number;
   downSettleSeconds: number;
   downSettleRequests: number;
   rolloutSeconds: number;
@@ -115,6 +118,7 @@ interface Figures {
   rolloutBeyondLimit: number;
   rolloutRequestsPerMachine: number;
   rolloutCpuMsPerMachine: number;
+  rolloutControlPlaneCpuMsPerMachine: number;
   rolloutSettleSeconds: number;
   rolloutSettleRequests: number;
   /** Sum over the implementation's processes of each one's peak resident set. */
@@ -318,6 +322,7 @@ async function startFloor(cp: ControlPlane, s: Setting): Promise<ManagedProcess[
       `--workers=${MACHINE_CONCURRENT_SYNCS}`,
       `--port=${port}`,
       `--node-writes=${String(FLOOR_NODE_WRITES)}`,
+      `--bodies=${FLOOR_BODIES}`,
     ],
     logFile: path.join(cp.workDir, 'null-manager.log'),
   });
@@ -346,6 +351,22 @@ function startSide(impl: Impl, cp: ControlPlane, s: Setting): Promise<ManagedPro
  * published results).
  */
 const FLOOR_NODE_WRITES = process.env.MCM_BENCH_SCALE_FLOOR_NODE_WRITES !== '0';
+
+/**
+ * What the floor's Machine requests carry: `mcm` (the default), the fields gardener MCM's API puts
+ * in a Machine (owner reference, template-hash label, priority annotation; lastOperation,
+ * timeoutActive and the Node's conditions in the status), so the API server handles objects of
+ * the size any compatible implementation writes; `minimal` (MCM_BENCH_SCALE_FLOOR_BODIES=minimal),
+ * the phase alone, as in the earlier published results.
+ */
+const FLOOR_BODIES = floorBodies(process.env.MCM_BENCH_SCALE_FLOOR_BODIES);
+
+function floorBodies(env: string | undefined): 'mcm' | 'minimal' {
+  const v = env === undefined || env === '' ? 'mcm' : env;
+  if (v !== 'mcm' && v !== 'minimal')
+    throw new Error(`MCM_BENCH_SCALE_FLOOR_BODIES: "${v}" is neither mcm nor minimal`);
+  return v;
+}
 
 /** MCM_BENCH_SCALE_BEFORE: a checkout of another build of ours (built: dist/cmd/manager.js). */
 function beforeRoot(): string {
@@ -475,6 +496,11 @@ function usage(procs: ManagedProcess[]): { peakRssMiB: number; cpuSeconds: numbe
   return { peakRssMiB, cpuSeconds };
 }
 
+/** CPU seconds so far of the control plane's processes (kube-apiserver and etcd). */
+function controlPlaneCpu(cp: ControlPlane): number {
+  return cp.pids().reduce((a, pid) => a + processUsage(pid).cpuSeconds, 0);
+}
+
 /** Resolves with the fleet's time of reaching `goal`; fails after `timeoutMs`. */
 async function reach(fleet: Fleet, goal: Goal, what: string, timeoutMs: number): Promise<number> {
   const at = await reachWithin(fleet, goal, timeoutMs);
@@ -500,6 +526,7 @@ async function reachWithin(fleet: Fleet, goal: Goal, limitMs: number): Promise<n
 /** What the implementation under test is observed through: the same for both sides. */
 interface Observed {
   procs: ManagedProcess[];
+  cp: ControlPlane;
   audit: AuditTail;
   fleet: Fleet;
 }
@@ -515,6 +542,8 @@ interface Phase {
   requests: AuditRecord[];
   /** CPU of the implementation's processes from the start until the goal. */
   cpuSeconds: number;
+  /** CPU of kube-apiserver and etcd over the same span: what the requests cost the server side. */
+  controlPlaneCpuSeconds: number;
   /** From the goal until QUIET_MS without a request; Infinity when not within SETTLE_MAX_MS. */
   settleSeconds: number;
   /** Requests received from the goal until quiet (or SETTLE_MAX_MS). */
@@ -532,6 +561,7 @@ async function measure(
   where: (f: Fleet) => string,
 ): Promise<Phase> {
   const cpu0 = usage(o.procs).cpuSeconds;
+  const cpCpu0 = controlPlaneCpu(o.cp);
   const t0 = Date.now();
   await start();
   const reached = await reachWithin(o.fleet, goal, PHASE_LIMIT_MS);
@@ -539,14 +569,24 @@ async function measure(
     // Not reached: say where it stood; no per-machine figure of a change that did not happen.
     const stood = where(o.fleet);
     console.log(`scale: goal not reached within ${PHASE_LIMIT_MS / 60_000} min: ${stood}`);
-    return { stood, seconds: NaN, requests: [], cpuSeconds: NaN, settleSeconds: NaN, settleRequests: NaN };
+    return {
+      stood,
+      seconds: NaN,
+      requests: [],
+      cpuSeconds: NaN,
+      controlPlaneCpuSeconds: NaN,
+      settleSeconds: NaN,
+      settleRequests: NaN,
+    };
   }
   const cpuSeconds = usage(o.procs).cpuSeconds - cpu0;
+  const controlPlaneCpuSeconds = controlPlaneCpu(o.cp) - cpCpu0;
   const settled = await o.audit.quiet(reached);
   return {
     seconds: (reached - t0) / 1000,
     requests: o.audit.within(t0, reached),
     cpuSeconds,
+    controlPlaneCpuSeconds,
     settleSeconds: settled.quiet ? (settled.at - reached) / 1000 : Infinity,
     settleRequests: o.audit.within(reached, settled.at).length,
   };
@@ -558,6 +598,7 @@ function perMachine(p: Phase | undefined, n: number) {
     seconds: p?.seconds ?? NaN,
     requestsPerMachine: p === undefined || p.stood !== undefined ? NaN : p.requests.length / n,
     cpuMsPerMachine: p === undefined ? NaN : (p.cpuSeconds * 1000) / n,
+    controlPlaneCpuMsPerMachine: p === undefined ? NaN : (p.controlPlaneCpuSeconds * 1000) / n,
     settleSeconds: p?.settleSeconds ?? NaN,
     settleRequests: p?.settleRequests ?? NaN,
   };
@@ -648,7 +689,7 @@ async function run(
     await reach(fleet, (f) => f.deploymentObserved(), 'the deployment to be observed', 60_000);
     const audit = new AuditTail(auditLog);
     await audit.quiet(Date.now());
-    const o: Observed = { procs, audit, fleet };
+    const o: Observed = { procs, cp, audit, fleet };
 
     const scale = (replicas: number) => () =>
       client.scale(MachineDeploymentResource, 'bench', NAMESPACE, replicas);
@@ -682,6 +723,7 @@ async function run(
       upRequestRate: up.stood === undefined ? up.requests.length / up.seconds : NaN,
       upRequestsPerMachine: u.requestsPerMachine,
       upCpuMsPerMachine: u.cpuMsPerMachine,
+      upControlPlaneCpuMsPerMachine: u.controlPlaneCpuMsPerMachine,
       upSettleSeconds: u.settleSeconds,
       upSettleRequests: u.settleRequests,
       // Not at rest when 0→N was not done.
@@ -690,12 +732,14 @@ async function run(
       downSeconds: d.seconds,
       downRequestsPerMachine: d.requestsPerMachine,
       downCpuMsPerMachine: d.cpuMsPerMachine,
+      downControlPlaneCpuMsPerMachine: d.controlPlaneCpuMsPerMachine,
       downSettleSeconds: d.settleSeconds,
       downSettleRequests: d.settleRequests,
       rolloutSeconds: r.seconds,
       rolloutBeyondLimit: rollout?.beyondLimit ?? NaN,
       rolloutRequestsPerMachine: r.requestsPerMachine,
       rolloutCpuMsPerMachine: r.cpuMsPerMachine,
+      rolloutControlPlaneCpuMsPerMachine: r.controlPlaneCpuMsPerMachine,
       rolloutSettleSeconds: r.settleSeconds,
       rolloutSettleRequests: r.settleRequests,
       peakRssMiB: end.peakRssMiB,
@@ -730,18 +774,24 @@ const FIGURES: [keyof Omit<Figures, BreakdownKey | 'stood'>, string][] = [
   ['upRequestRate', '0→N: API requests/s until all N Running'],
   ['upRequestsPerMachine', '0→N: API requests/machine until all N Running'],
   ['upCpuMsPerMachine', '0→N: CPU ms/machine until all N Running'],
+  ['upControlPlaneCpuMsPerMachine', '0→N: kube-apiserver + etcd CPU ms/machine until all N Running'],
   ['upSettleSeconds', '0→N, after all Running: s until quiet'],
   ['upSettleRequests', '0→N, after all Running: API requests until quiet (total)'],
   ['restRequestsPerSecond', `API requests/s at rest (${AT_REST_SECONDS} s after 0→N fell quiet)`],
   ['downSeconds', 'N→0: s until no machine and no VM left'],
   ['downRequestsPerMachine', 'N→0: API requests/machine until none left'],
   ['downCpuMsPerMachine', 'N→0: CPU ms/machine until none left'],
+  ['downControlPlaneCpuMsPerMachine', 'N→0: kube-apiserver + etcd CPU ms/machine until none left'],
   ['downSettleSeconds', 'N→0, after none left: s until quiet'],
   ['downSettleRequests', 'N→0, after none left: API requests until quiet (total)'],
   ['rolloutSeconds', `${ROLLOUT}: s until complete`],
   ['rolloutBeyondLimit', 'rolling update: most machines beyond replicas + maxSurge'],
   ['rolloutRequestsPerMachine', 'rolling update: API requests/machine until complete'],
   ['rolloutCpuMsPerMachine', 'rolling update: CPU ms/machine until complete'],
+  [
+    'rolloutControlPlaneCpuMsPerMachine',
+    'rolling update: kube-apiserver + etcd CPU ms/machine until complete',
+  ],
   ['rolloutSettleSeconds', 'rolling update, after complete: s until quiet'],
   ['rolloutSettleRequests', 'rolling update, after complete: API requests until quiet (total)'],
   ['peakRssMiB', 'peak RSS (MiB)'],
@@ -866,6 +916,10 @@ function markdown(results: Result[], anchorVersion: string): string {
       '(MCM_BENCH_SCALE_PHASE_LIMIT_MIN): "> s (then …)" says where the fleet stood at that moment; its ' +
       'other figures are –, and the run goes on with the next change.',
     '- peak RSS: VmHWM, summed over the processes (anchor: 2). CPU: utime+stime.',
+    "- kube-apiserver + etcd CPU ms/machine: the control plane's CPU over the same span (fresh per " +
+      "run; the benchmark's own watches of machines, nodes and the deployment are in it for every " +
+      "side alike): what the implementation's requests and watches cost the server side. On a " +
+      "machine the control plane saturates, this and the implementation's own CPU set the time.",
     '',
     ...(results.some((r) => r.extra.floor !== undefined)
       ? [
@@ -882,6 +936,10 @@ function markdown(results: Result[], anchorVersion: string): string {
             (FLOOR_NODE_WRITES
               ? ''
               : " (MCM_BENCH_SCALE_FLOOR_NODE_WRITES=0: without the Node requests MCM's behaviour asks for)") +
+            (FLOOR_BODIES === 'mcm'
+              ? "; its Machines carry what MCM's API puts in them (owner reference, template-hash label, " +
+                "priority annotation; lastOperation, timeoutActive and the Node's conditions in the status)"
+              : '; its Machines carry the phase alone (MCM_BENCH_SCALE_FLOOR_BODIES=minimal)') +
             '.',
         ]
       : []),
