@@ -42,6 +42,8 @@ import { markdownTable, printTable } from './table.js';
 import type { Registry } from 'prom-client';
 
 const NS = 'default';
+const GO_FLOOR = 'Go floor (grpc-go, prebuilt answers)';
+const NODE_FLOOR = 'Node floor (node:http2 without grpc-js, prebuilt answers)';
 
 async function pool<T>(items: T[], width: number, fn: (item: T) => Promise<unknown>): Promise<void> {
   let next = 0;
@@ -204,18 +206,30 @@ function profileSections(file: string, profile: Profiler.Profile): Section[] {
   ];
 }
 
-/** The Go floor (test/bench/anchor/grpcfloor) serving the same groups; stats on SIGUSR1. */
+/** A floor server of the protocol: where it listens, its stats, how to stop it. */
+interface FloorServer {
+  name: string;
+  address: string;
+  sample: () => Promise<ServerSample>;
+  stop: () => Promise<void>;
+}
+
+/**
+ * A floor serving the same groups, the Go floor (test/bench/anchor/grpcfloor) or the Node floor
+ * (test/bench/grpcfloor-node.ts): the same flags, "listening on", and stats on SIGUSR1.
+ */
 async function startFloor(
   cp: ControlPlane,
-  bin: string,
+  floor: { name: string; file: string; command: string; args: string[] },
   groups: number,
   perGroup: number,
-): Promise<{ address: string; sample: () => Promise<ServerSample>; stop: () => Promise<void> }> {
-  const logFile = path.join(cp.logDir, 'autoscaler-floor.log');
+): Promise<FloorServer> {
+  const logFile = path.join(cp.logDir, `${floor.file}.log`);
   const proc = new ManagedProcess({
-    name: 'autoscaler-floor',
-    command: bin,
+    name: floor.file,
+    command: floor.command,
     args: [
+      ...floor.args,
       '--address=127.0.0.1:0',
       `--namespace=${NS}`,
       `--groups=${groups}`,
@@ -234,7 +248,7 @@ async function startFloor(
   };
   let address = '';
   await waitUntil(
-    'autoscaler-floor listening',
+    `${floor.file} listening`,
     () => {
       address = /^listening on (\S+)$/m.exec(log())?.[1] ?? '';
       return Promise.resolve(address !== '');
@@ -246,7 +260,7 @@ async function startFloor(
     if (proc.pid !== undefined) process.kill(proc.pid, 'SIGUSR1');
     let line = '';
     await waitUntil(
-      'autoscaler-floor stats',
+      `${floor.file} stats`,
       () => {
         const lines = log().match(/^stats .*$/gm) ?? [];
         line = lines.length > before ? (lines[lines.length - 1] ?? '') : '';
@@ -262,7 +276,7 @@ async function startFloor(
     }
     return { calls, cpuMs };
   };
-  return { address, sample, stop: () => proc.stop() };
+  return { name: floor.name, address, sample, stop: () => proc.stop() };
 }
 
 /** Several windows as one: loops and calls added up, the mean loop weighted by loops. */
@@ -303,10 +317,33 @@ async function compareLoops(opts: {
   const rounds = Number(process.env.BENCH_CA_ROUNDS ?? 2);
   const floorBin = autoscalerFloorBinary();
   if ('missing' in floorBin) console.log(`\nthe Go floor is left out: ${floorBin.missing}`);
-  const f = 'missing' in floorBin ? undefined : await startFloor(cp, floorBin.path, groups, perGroup);
+  const floors: FloorServer[] = [];
   const oursRounds: (LoopWindow & { profile: Section[] })[] = [];
-  const floorRounds: LoopWindow[] = [];
+  const floorRounds = new Map<string, LoopWindow[]>();
   try {
+    if (!('missing' in floorBin)) {
+      floors.push(
+        await startFloor(
+          cp,
+          { name: GO_FLOOR, file: 'autoscaler-floor', command: floorBin.path, args: [] },
+          groups,
+          perGroup,
+        ),
+      );
+    }
+    floors.push(
+      await startFloor(
+        cp,
+        {
+          name: NODE_FLOOR,
+          file: 'autoscaler-floor-node',
+          command: process.execPath,
+          args: [path.join(repoRoot, 'dist', 'test', 'bench', 'grpcfloor-node.js')],
+        },
+        groups,
+        perGroup,
+      ),
+    );
     for (let r = 0; r < rounds; r++) {
       oursRounds.push(
         await measureLoops({
@@ -327,15 +364,21 @@ async function compareLoops(opts: {
           },
         }),
       );
-      if (f !== undefined) {
-        floorRounds.push(await measureLoops({ cp, version, address: f.address, loops, sample: f.sample }));
+      for (const f of floors) {
+        const w = await measureLoops({ cp, version, address: f.address, loops, sample: f.sample });
+        floorRounds.set(f.name, [...(floorRounds.get(f.name) ?? []), w]);
       }
     }
   } finally {
-    await f?.stop();
+    await Promise.all(floors.map((f) => f.stop()));
   }
   const ours = { ...merged(oursRounds), profile: oursRounds.flatMap((w) => w.profile) };
-  const floor = f === undefined ? undefined : merged(floorRounds);
+  const floorOf = (name: string): LoopWindow | undefined => {
+    const ws = floorRounds.get(name);
+    return ws === undefined ? undefined : merged(ws);
+  };
+  const goFloor = floorOf(GO_FLOOR);
+  const nodeFloor = floorOf(NODE_FLOOR);
   const row = (name: string, w: LoopWindow): (string | number)[] => {
     const calls = sum(w.calls);
     return [
@@ -347,24 +390,22 @@ async function compareLoops(opts: {
       calls === 0 ? 0 : w.cpuMs / calls,
     ];
   };
+  const loopRatio = (a: LoopWindow, b: LoopWindow | undefined): string =>
+    b === undefined || b.meanLoopMs === 0 ? '–' : (a.meanLoopMs / b.meanLoopMs).toFixed(2);
   const rows = [row('ours (grpc-js)', ours)];
-  if (floor !== undefined) {
-    rows.push(row('Go floor (grpc-go, prebuilt answers)', floor));
-    rows.push([
-      'ours / floor',
-      '',
-      floor.meanLoopMs === 0 ? '–' : (ours.meanLoopMs / floor.meanLoopMs).toFixed(2),
-      '',
-      '',
-      '',
-    ]);
-  }
+  if (goFloor !== undefined) rows.push(row(GO_FLOOR, goFloor));
+  if (nodeFloor !== undefined) rows.push(row(NODE_FLOOR, nodeFloor));
+  if (goFloor !== undefined) rows.push(['ours / Go floor', '', loopRatio(ours, goFloor), '', '', '']);
+  if (nodeFloor !== undefined) rows.push(['ours / Node floor', '', loopRatio(ours, nodeFloor), '', '', '']);
+  if (goFloor !== undefined && nodeFloor !== undefined)
+    rows.push(['Node floor / Go floor', '', loopRatio(nodeFloor, goFloor), '', '', '']);
   const [load1, load5, load15] = loadavg().map((l) => l.toFixed(2));
-  const methods = [...new Set([...ours.calls.keys(), ...(floor?.calls.keys() ?? [])])].sort(
-    (a, b) => (ours.calls.get(b) ?? 0) - (ours.calls.get(a) ?? 0),
-  );
+  const methods = [
+    ...new Set([...ours.calls.keys(), ...floors.flatMap((f) => [...(floorOf(f.name)?.calls.keys() ?? [])])]),
+  ].sort((a, b) => (ours.calls.get(b) ?? 0) - (ours.calls.get(a) ?? 0));
   const perLoop = (w: LoopWindow | undefined, m: string): number | string =>
     w === undefined || w.loops === 0 ? '–' : (w.calls.get(m) ?? 0) / w.loops;
+  const shortName = (name: string): string => (name === GO_FLOOR ? 'Go floor' : 'Node floor');
   const sections: Section[] = [
     {
       title:
@@ -375,22 +416,27 @@ async function compareLoops(opts: {
       rows,
     },
     {
-      title: `by round (our server, then the floor, ${loops} loops each)`,
-      header: ['round', 'ours: main loop (s)', 'Go floor: main loop (s)', 'ours / floor'],
+      title: `by round (our server, then each floor, ${loops} loops each): main loop (s)`,
+      header: [
+        'round',
+        'ours',
+        ...floors.map((f) => shortName(f.name)),
+        ...floors.map((f) => `ours / ${shortName(f.name)}`),
+      ],
       rows: oursRounds.map((o, i) => {
-        const fl = floorRounds[i];
+        const fl = floors.map((f) => floorRounds.get(f.name)?.[i]);
         return [
           i + 1,
           o.meanLoopMs / 1000,
-          fl === undefined ? '–' : fl.meanLoopMs / 1000,
-          fl === undefined || fl.meanLoopMs === 0 ? '–' : (o.meanLoopMs / fl.meanLoopMs).toFixed(2),
+          ...fl.map((w) => (w === undefined ? '–' : w.meanLoopMs / 1000)),
+          ...fl.map((w) => (w === undefined ? '–' : loopRatio(o, w))),
         ];
       }),
     },
     {
-      title: 'calls per loop by method (the autoscaler asks the same of both)',
-      header: ['method', 'ours', 'Go floor'],
-      rows: methods.map((m) => [m, perLoop(ours, m), perLoop(floor, m)]),
+      title: 'calls per loop by method (the autoscaler asks the same of each)',
+      header: ['method', 'ours', ...floors.map((f) => shortName(f.name))],
+      rows: methods.map((m) => [m, perLoop(ours, m), ...floors.map((f) => perLoop(floorOf(f.name), m))]),
     },
     ...ours.profile,
   ];
@@ -404,18 +450,19 @@ async function compareLoops(opts: {
   );
   const md = [
     profileDir === undefined
-      ? '# cluster-autoscaler loop: our server against the Go floor'
+      ? '# cluster-autoscaler loop: our server against the Go and Node floors'
       : '# CPU profile of our externalgrpc server under the cluster-autoscaler',
     '',
     `Written by \`${profileDir === undefined ? '' : 'MCM_BENCH_CPU_PROFILE=DIR '}npm run bench autoscaler\` (test/bench/autoscaler.bench.ts) on ${new Date().toISOString()}, ` +
       `node ${process.version}, ${cpus().length} CPUs, load average ${load1} / ${load5} / ${load15} (1 / 5 / 15 min) at the end.`,
     '',
     `${total} Machines and Nodes in ${groups} MachineDeployments written into a real kube-apiserver; cluster-autoscaler ${version} ` +
-      '(`--scan-interval=10s`, scale-down off) runs against our server (grpc-js, reading the shared informers) and against ' +
-      'the Go floor (test/bench/anchor/grpcfloor: grpc-go, every answer encoded at start-up), on the same control plane, ' +
-      `in ${rounds} rounds that alternate the two (a fresh autoscaler each time). ` +
+      '(`--scan-interval=10s`, scale-down off) runs against our server (grpc-js, reading the shared informers), against ' +
+      'the Go floor (test/bench/anchor/grpcfloor: grpc-go, every answer encoded at start-up) and against the Node floor ' +
+      '(test/bench/grpcfloor-node.ts: node:http2 without grpc-js, every answer encoded at start-up: what Node itself costs ' +
+      `per call), on the same control plane, in ${rounds} rounds that alternate them (a fresh autoscaler each time). ` +
       'Main loop: the autoscaler\'s own `cluster_autoscaler_function_duration_seconds{function="main"}`, mean over the loops after ' +
-      "each start's first. Server CPU: our whole process (process.cpuUsage) and the floor's (getrusage), over the same loops; per call: " +
+      "each start's first. Server CPU: our whole process (process.cpuUsage) and each floor's (getrusage; process.cpuUsage), over the same loops; per call: " +
       'divided by the calls the server counted.' +
       (profileDir === undefined
         ? ''
