@@ -183,8 +183,11 @@ server.on('stream', (stream, headers) => {
   const path = headers[':path'] ?? '';
   const method = path.startsWith(SERVICE_PATH) ? path.slice(SERVICE_PATH.length) : '';
   const chunks: Buffer[] = [];
+  // A stream the client reset (its deadline passed) errors; nothing is left to answer then.
+  stream.on('error', () => undefined);
   stream.on('data', (c: Buffer) => chunks.push(c));
   stream.on('end', () => {
+    if (stream.destroyed) return;
     const body = chunks.length === 1 ? (chunks[0] ?? Buffer.alloc(0)) : Buffer.concat(chunks);
     const answer = answers[method];
     calls.set(method, (calls.get(method) ?? 0) + 1);
