@@ -15,39 +15,19 @@
 
 import http2 from 'node:http2';
 
-const SERVICE_PATH = '/clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider/';
+import { InstanceState } from '../../lib/autoscaler/instances.js';
+import { CLOUD_PROVIDER_SERVICE, encodeResponse } from '../../lib/autoscaler/proto.js';
+
+const SERVICE_PATH = `/${CLOUD_PROVIDER_SERVICE}/`;
 
 function flag(name: string, fallback: string): string {
   const arg = process.argv.find((a) => a.startsWith(`--${name}=`));
   return arg === undefined ? fallback : arg.slice(name.length + 3);
 }
 
-// ---- protobuf, by field number (protos/externalgrpc.proto) ---------------------------------------
-
-function varint(v: number): number[] {
-  const out: number[] = [];
-  let n = v;
-  while (n > 127) {
-    out.push((n & 127) | 128);
-    n = Math.floor(n / 128);
-  }
-  out.push(n);
-  return out;
-}
-
-function stringField(num: number, s: string): Buffer {
-  if (s === '') return Buffer.alloc(0);
-  const data = Buffer.from(s, 'utf8');
-  return Buffer.concat([Buffer.from([...varint((num << 3) | 2), ...varint(data.length)]), data]);
-}
-
-function varintField(num: number, v: number): Buffer {
-  return v === 0 ? Buffer.alloc(0) : Buffer.from([...varint(num << 3), ...varint(v)]);
-}
-
-function messageField(num: number, m: Buffer): Buffer {
-  return Buffer.concat([Buffer.from([...varint((num << 3) | 2), ...varint(m.length)]), m]);
-}
+// ---- protobuf ----------------------------------------------------------------------------------
+// Answers are encoded once at start-up by our server's own encoder; requests are read per call by
+// field number (protos/externalgrpc.proto), as the Go floor reads them.
 
 /** A gRPC message frame: uncompressed flag, big-endian length, the message. */
 function frame(m: Buffer): Buffer {
@@ -98,59 +78,62 @@ const perGroup = Number(flag('per-group', '50'));
 const prefix = flag('provider-prefix', 'virtual://bench/');
 
 interface Group {
-  nodeGroup: Buffer;
   forNode: Buffer;
   targetSize: Buffer;
   nodes: Buffer;
 }
 
+const answer = (method: string, value: Record<string, unknown>): Buffer =>
+  frame(encodeResponse(method, value));
 const byId = new Map<string, Group>();
 const byNode = new Map<string, Group>();
-const list: Buffer[] = [];
+const list: Record<string, unknown>[] = [];
 for (let gi = 0; gi < groups; gi++) {
   const name = `pool-${gi}`;
   const id = `${namespace}/${name}`;
   const max = perGroup * 2;
-  // NodeGroup{id, minSize 0, maxSize, debug} as our server words it.
-  const nodeGroup = Buffer.concat([
-    stringField(1, id),
-    varintField(3, max),
-    stringField(4, `${id} (0:${max}, replicas=${perGroup})`),
-  ]);
-  const instances: Buffer[] = [];
+  // The group as our server words it.
+  const nodeGroup = { id, minSize: 0, maxSize: max, debug: `${id} (0:${max}, replicas=${perGroup})` };
+  const instances: Record<string, unknown>[] = [];
   const g: Group = {
-    nodeGroup,
-    forNode: frame(messageField(1, nodeGroup)),
-    targetSize: frame(varintField(1, perGroup)),
+    forNode: answer('NodeGroupForNode', { nodeGroup }),
+    targetSize: answer('NodeGroupTargetSize', { targetSize: perGroup }),
     nodes: Buffer.alloc(0),
   };
   for (let mi = 0; mi < perGroup; mi++) {
     const node = `${name}-m${mi}`;
     byNode.set(prefix + node, g);
     byNode.set(node, g);
-    // Instance{id, status{instanceState: running}}
-    instances.push(
-      messageField(1, Buffer.concat([stringField(1, prefix + node), messageField(2, varintField(1, 1))])),
-    );
+    instances.push({ id: prefix + node, status: { instanceState: InstanceState.Running } });
   }
-  g.nodes = frame(Buffer.concat(instances));
+  g.nodes = answer('NodeGroupNodes', { instances });
   byId.set(id, g);
-  list.push(messageField(1, nodeGroup));
+  list.push(nodeGroup);
 }
-const nodeGroups = frame(Buffer.concat(list));
+const nodeGroups = answer('NodeGroups', { nodeGroups: list });
 const empty = frame(Buffer.alloc(0));
-const notServed = frame(messageField(1, Buffer.alloc(0)));
+const notServed = answer('NodeGroupForNode', { nodeGroup: { id: '' } });
 
-interface Refusal {
-  code: number;
-  message: string;
+/** A refusal: the headers of a trailers-only response (the status in the one HEADERS frame). */
+type Refusal = Record<string, string | number>;
+
+/** grpc-message is percent-encoded outside printable ASCII, and '%' itself (the gRPC spec). */
+function refusal(code: number, message: string): Refusal {
+  const encoded = message.replace(/[^\x20-\x24\x26-\x7e]+/g, (c) => encodeURIComponent(c));
+  return {
+    ':status': 200,
+    'content-type': 'application/grpc',
+    'grpc-status': String(code),
+    'grpc-message': encoded,
+  };
 }
+
 const UNIMPLEMENTED = 12;
 const NOT_FOUND = 5;
-const noPricing: Refusal = { code: UNIMPLEMENTED, message: 'pricing is not served' };
-const noOptions: Refusal = { code: UNIMPLEMENTED, message: 'per-group autoscaling options are not served' };
-const noTemplate: Refusal = { code: UNIMPLEMENTED, message: 'no template: the MachineClass does not exist' };
-const noGroup: Refusal = { code: NOT_FOUND, message: 'node group is not served' };
+const noPricing = refusal(UNIMPLEMENTED, 'pricing is not served');
+const noOptions = refusal(UNIMPLEMENTED, 'per-group autoscaling options are not served');
+const noTemplate = refusal(UNIMPLEMENTED, 'no template: the MachineClass does not exist');
+const noGroup = refusal(NOT_FOUND, 'node group is not served');
 
 const text = (b: Buffer | undefined): string => (b === undefined ? '' : b.toString('utf8'));
 
@@ -189,12 +172,10 @@ server.on('stream', (stream, headers) => {
   stream.on('end', () => {
     if (stream.destroyed) return;
     const body = chunks.length === 1 ? (chunks[0] ?? Buffer.alloc(0)) : Buffer.concat(chunks);
-    const answer = answers[method];
+    const handler = answers[method];
     calls.set(method, (calls.get(method) ?? 0) + 1);
     const res =
-      answer === undefined
-        ? { code: UNIMPLEMENTED, message: `unknown method ${method}` }
-        : answer(body.subarray(5));
+      handler === undefined ? refusal(UNIMPLEMENTED, `unknown method ${method}`) : handler(body.subarray(5));
     if (Buffer.isBuffer(res)) {
       stream.respond(OK_HEADERS, { waitForTrailers: true });
       stream.once('wantTrailers', () => {
@@ -202,11 +183,7 @@ server.on('stream', (stream, headers) => {
       });
       stream.end(res);
     } else {
-      // Trailers-only: the status in the one HEADERS frame that ends the stream.
-      stream.respond(
-        { ...OK_HEADERS, 'grpc-status': String(res.code), 'grpc-message': encodeURIComponent(res.message) },
-        { endStream: true },
-      );
+      stream.respond(res, { endStream: true });
     }
   });
 });
