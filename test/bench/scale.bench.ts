@@ -40,6 +40,7 @@ import { CoreResources, type ResourceType } from '../../lib/kube/resources.js';
 import type { KubeObject, Node } from '../../lib/kube/types.js';
 import { nullLogger } from '../../lib/observability/logger.js';
 import { Fleet, allRunning, noneLeft, rolledOut, type Goal } from './convergence.js';
+import { profileApiServer } from './cpprofile.js';
 import { startControlPlane, type ControlPlane } from '../harness/controlplane.js';
 import { ManagedProcess, freePort, waitUntil } from '../harness/process.js';
 import { mcmAnchorDir, readToolVersions, repoRoot } from '../harness/tools.js';
@@ -58,6 +59,9 @@ const SETTLE_MAX_MS = 300_000;
  * side that has not reached it then is reported with where it stood, and the run goes on.
  */
 const PHASE_LIMIT_MS = phaseLimitMs(process.env.MCM_BENCH_SCALE_PHASE_LIMIT_MIN);
+// MCM_BENCH_SCALE_CP_PROF=<dir>: kube-apiserver's CPU profiles over each change of each run,
+// written there as `<side>-<n>-<qps>-<change>-<k>.pb.gz` (cpprofile.ts says how to join them).
+const CP_PROF_DIR = process.env.MCM_BENCH_SCALE_CP_PROF;
 
 function phaseLimitMs(env: string | undefined): number {
   const min = Number(env ?? '60');
@@ -529,6 +533,8 @@ interface Observed {
   cp: ControlPlane;
   audit: AuditTail;
   fleet: Fleet;
+  /** The file name prefix of this run's kube-apiserver profiles, when CP_PROF_DIR is set. */
+  profileName?: string;
 }
 
 type PhaseName = 'up' | 'down' | 'rollout';
@@ -556,6 +562,7 @@ interface Phase {
  */
 async function measure(
   o: Observed,
+  name: PhaseName,
   start: () => Promise<unknown>,
   goal: Goal,
   where: (f: Fleet) => string,
@@ -563,8 +570,18 @@ async function measure(
   const cpu0 = usage(o.procs).cpuSeconds;
   const cpCpu0 = controlPlaneCpu(o.cp);
   const t0 = Date.now();
+  const profile =
+    CP_PROF_DIR === undefined || o.profileName === undefined
+      ? undefined
+      : profileApiServer(o.cp, CP_PROF_DIR, `${o.profileName}-${name}`, `${BENCH_USER_AGENT}-pprof`);
   await start();
   const reached = await reachWithin(o.fleet, goal, PHASE_LIMIT_MS);
+  // CPU is taken at the goal, before the profile's last window runs out.
+  const cpuSeconds = usage(o.procs).cpuSeconds - cpu0;
+  const controlPlaneCpuSeconds = controlPlaneCpu(o.cp) - cpCpu0;
+  const profiles = await profile?.stop();
+  if (profiles !== undefined && profiles.length > 0)
+    console.log(`scale: ${profiles.length} kube-apiserver profiles of ${name}: ${profiles[0]} …`);
   if (reached === undefined) {
     // Not reached: say where it stood; no per-machine figure of a change that did not happen.
     const stood = where(o.fleet);
@@ -579,8 +596,6 @@ async function measure(
       settleRequests: NaN,
     };
   }
-  const cpuSeconds = usage(o.procs).cpuSeconds - cpu0;
-  const controlPlaneCpuSeconds = controlPlaneCpu(o.cp) - cpCpu0;
   const settled = await o.audit.quiet(reached);
   return {
     seconds: (reached - t0) / 1000,
@@ -618,6 +633,7 @@ async function rollingUpdate(
   o.fleet.resetPeak();
   const phase = await measure(
     o,
+    'rollout',
     () =>
       client.patch(
         MachineDeploymentResource,
@@ -657,6 +673,7 @@ async function run(
       `--audit-log-path=${auditLog}`,
       '--audit-log-maxsize=100000',
       '--audit-log-mode=blocking',
+      ...(CP_PROF_DIR === undefined ? [] : ['--profiling=true']),
     ],
   });
   const client = new KubeClient({
@@ -689,11 +706,11 @@ async function run(
     await reach(fleet, (f) => f.deploymentObserved(), 'the deployment to be observed', 60_000);
     const audit = new AuditTail(auditLog);
     await audit.quiet(Date.now());
-    const o: Observed = { procs, cp, audit, fleet };
+    const o: Observed = { procs, cp, audit, fleet, profileName: `${impl}-${n}-${s.qps}` };
 
     const scale = (replicas: number) => () =>
       client.scale(MachineDeploymentResource, 'bench', NAMESPACE, replicas);
-    const up = await measure(o, scale(n), allRunning(n), (f) => `${f.running} of ${n} Running`);
+    const up = await measure(o, 'up', scale(n), allRunning(n), (f) => `${f.running} of ${n} Running`);
 
     // At rest: nothing changes, so nothing should be requested.
     const tRest = Date.now();
@@ -709,6 +726,7 @@ async function run(
 
     const down = await measure(
       o,
+      'down',
       scale(0),
       noneLeft,
       (f) => `${f.machineCount} machines and ${f.vmCount} VMs left`,

@@ -57,6 +57,12 @@ export interface ControlPlane {
   applyYaml(yaml: string, namespace?: string): Promise<void>;
   /** Raw authenticated request to the apiserver; resolves with status and parsed JSON body. */
   request(method: string, urlPath: string, body?: unknown): Promise<{ status: number; body: unknown }>;
+  /**
+   * kube-apiserver's CPU profile over the next `seconds` (pprof's gzipped protobuf, as
+   * `/debug/pprof/profile` serves it); the API server must run with `--profiling=true` (see
+   * apiServerFlags). `userAgent` lets an audit-reading caller tell these requests apart.
+   */
+  apiServerCpuProfile(seconds: number, userAgent: string): Promise<Buffer>;
   /** Compacts etcd at its current revision, so watches from older resourceVersions get 410 Gone. */
   compactEtcd(): Promise<number>;
   stopApiServer(): Promise<void>;
@@ -469,6 +475,35 @@ class HarnessControlPlane implements ControlPlane {
       req.end(JSON.stringify({ revision: String(revision), physical: true }));
     });
     return revision;
+  }
+
+  apiServerCpuProfile(seconds: number, userAgent: string): Promise<Buffer> {
+    return new Promise((resolve, reject) => {
+      const req = https.request(
+        `${this.server}/debug/pprof/profile?seconds=${seconds}`,
+        {
+          method: 'GET',
+          ca:
+            this.caPem === ''
+              ? readFileSync(path.join(this.workDir, 'apiserver-certs', 'apiserver.crt'))
+              : this.caPem,
+          headers: { Authorization: `Bearer ${this.token}`, 'User-Agent': userAgent },
+          timeout: (seconds + 30) * 1000,
+        },
+        (res) => {
+          const chunks: Buffer[] = [];
+          res.on('data', (d: Buffer) => chunks.push(d));
+          res.on('end', () => {
+            const body = Buffer.concat(chunks);
+            if (res.statusCode === 200) resolve(body);
+            else reject(new Error(`kube-apiserver profile: HTTP ${res.statusCode ?? 0}: ${body.toString()}`));
+          });
+        },
+      );
+      req.on('timeout', () => req.destroy(new Error('kube-apiserver profile: timeout')));
+      req.on('error', reject);
+      req.end();
+    });
   }
 
   pids(): number[] {
