@@ -131,40 +131,71 @@ const phaseDeletionRank: Partial<Record<MachinePhase, number>> = {
   [MachinePhase.Running]: 6,
 };
 
+/** What MCM's scale-down order looks at in a machine, read once (see compareDeletionKeys). */
+export interface DeletionKey {
+  preserved: boolean;
+  autoPreserved: boolean;
+  /** preserveExpiryTime (0 when absent); compared only between preserved machines. */
+  expiry: number;
+  priority: number;
+  /** The marked-for-deletion time; undefined when unmarked. */
+  marked: number | undefined;
+  phaseRank: number;
+  /** creationTimestamp (0 when absent). */
+  created: number;
+  name: string;
+}
+
+export function deletionKey(m: AnyMachine, now: number): DeletionKey {
+  const expiry = parseTime(m.status?.currentStatus?.preserveExpiryTime);
+  return {
+    preserved: expiry !== undefined && expiry > now,
+    autoPreserved: m.metadata.annotations?.[Annotation.Preserve] === PreserveValue.AutoPreserved,
+    expiry: expiry ?? 0,
+    priority: priorityOf(m),
+    marked: markedForDeletionTime(m),
+    phaseRank: phaseDeletionRank[phaseOf(m)] ?? 0,
+    created: parseTime(m.metadata.creationTimestamp) ?? 0,
+    name: m.metadata.name ?? '',
+  };
+}
+
 /**
- * MCM's scale-down order, as a comparator (negative: a is deleted before b):
+ * MCM's scale-down order over deletion keys (negative: a is deleted before b):
  * 1. not preserved before preserved (auto-preserved before user-preserved, then earlier expiry);
  * 2. lower machinepriority first;
  * 3. machines marked for deletion before unmarked ones, earlier marks first;
  * 4. phase: Terminating, Failed, CrashLoopBackOff, Unknown, Pending, Available, Running
  *    (other phases, including the empty creating phase, rank first with Terminating);
- * 5. older machines first.
+ * 5. older machines first; then by name.
  */
-export function compareForDeletion(a: AnyMachine, b: AnyMachine, now: number): number {
-  const pa = isPreserved(a, now);
-  const pb = isPreserved(b, now);
-  if (pa !== pb) return pa ? 1 : -1;
-  if (pa && pb) {
-    const autoA = a.metadata.annotations?.[Annotation.Preserve] === PreserveValue.AutoPreserved;
-    const autoB = b.metadata.annotations?.[Annotation.Preserve] === PreserveValue.AutoPreserved;
-    if (autoA !== autoB) return autoA ? -1 : 1;
-    const ea = parseTime(a.status?.currentStatus?.preserveExpiryTime) ?? 0;
-    const eb = parseTime(b.status?.currentStatus?.preserveExpiryTime) ?? 0;
-    if (ea !== eb) return ea - eb;
+export function compareDeletionKeys(a: DeletionKey, b: DeletionKey): number {
+  if (a.preserved !== b.preserved) return a.preserved ? 1 : -1;
+  if (a.preserved) {
+    if (a.autoPreserved !== b.autoPreserved) return a.autoPreserved ? -1 : 1;
+    if (a.expiry !== b.expiry) return a.expiry - b.expiry;
   }
-  const prioDiff = priorityOf(a) - priorityOf(b);
-  if (prioDiff !== 0) return prioDiff;
-  const ma = markedForDeletionTime(a);
-  const mb = markedForDeletionTime(b);
-  if ((ma === undefined) !== (mb === undefined)) return ma === undefined ? 1 : -1;
-  if (ma !== undefined && mb !== undefined && ma !== mb) return ma - mb;
-  const ra = phaseDeletionRank[phaseOf(a)] ?? 0;
-  const rb = phaseDeletionRank[phaseOf(b)] ?? 0;
-  if (ra !== rb) return ra - rb;
-  const ca = parseTime(a.metadata.creationTimestamp) ?? 0;
-  const cb = parseTime(b.metadata.creationTimestamp) ?? 0;
-  if (ca !== cb) return ca - cb;
-  return (a.metadata.name ?? '').localeCompare(b.metadata.name ?? '');
+  if (a.priority !== b.priority) return a.priority - b.priority;
+  if ((a.marked === undefined) !== (b.marked === undefined)) return a.marked === undefined ? 1 : -1;
+  if (a.marked !== undefined && b.marked !== undefined && a.marked !== b.marked) return a.marked - b.marked;
+  if (a.phaseRank !== b.phaseRank) return a.phaseRank - b.phaseRank;
+  if (a.created !== b.created) return a.created - b.created;
+  return a.name.localeCompare(b.name);
+}
+
+/** MCM's scale-down order as a comparator of machines (see compareDeletionKeys). */
+export function compareForDeletion(a: AnyMachine, b: AnyMachine, now: number): number {
+  return compareDeletionKeys(deletionKey(a, now), deletionKey(b, now));
+}
+
+/**
+ * The machines in MCM's scale-down order, first to go first: each machine's key is read once, so
+ * ordering a large set costs its comparisons of numbers, not of parsed timestamps and annotations.
+ */
+export function sortForDeletion<M extends AnyMachine>(machines: readonly M[], now: number): M[] {
+  const keyed = machines.map((m) => ({ m, k: deletionKey(m, now) }));
+  keyed.sort((a, b) => compareDeletionKeys(a.k, b.k));
+  return keyed.map((e) => e.m);
 }
 
 export function controllerRefOf(obj: {

@@ -23,7 +23,7 @@ import { Controller, type ReconcileContext, type ReconcileResult } from '../../k
 import { jsonEqual } from '../../kube/equal.js';
 import { errorMessage, isConflict, isNotFound } from '../../kube/errors.js';
 import type { EventRecorder } from '../../kube/events.js';
-import { clone, objectKey, type DeepReadonly } from '../../kube/informer.js';
+import { CONTROLLER_UID_INDEX, clone, objectKey, type DeepReadonly } from '../../kube/informer.js';
 import type { Logger } from '../../observability/logger.js';
 import { rfc3339 } from '../conditions.js';
 import type { MachineCounts } from '../accounting.js';
@@ -49,6 +49,13 @@ export const MACHINESET_RESYNC_MS = 10 * 60 * 1000;
 
 type CachedMachine = DeepReadonly<Machine>;
 type CachedMachineSet = DeepReadonly<MachineSet>;
+
+/** A pass the set's counts decide (see fromCounts). */
+interface QuickPass {
+  /** What to do: a plan, 'pick' (planReplicas over the set's own machines), or nothing yet. */
+  plan: ReplicaPlan<never> | 'pick' | undefined;
+  counts: MachineCounts;
+}
 
 /** What went wrong creating or deleting machines: reported in status, rethrown for backoff. */
 interface ReplicaFailure {
@@ -251,35 +258,32 @@ export class MachineSetController {
   }
 
   /**
-   * What a pass would do, from the set's machine counts alone, when they prove it needs no machine
-   * in hand: nothing to adopt, release, propagate or auto-preserve, no failed machine, and no
-   * machine to pick for deletion (when the expectations let it act at all). Undefined when the
-   * machines must be looked at.
+   * What a pass would do, from the set's machine counts alone, when they prove that it has
+   * nothing to adopt, release, propagate or auto-preserve and no failed machine: the plan (none
+   * while the expectations do not let it act), or 'pick' when machines must be picked for
+   * deletion, which needs only the set's own machines in hand. Undefined when the pass must look
+   * at every machine.
    */
-  private fromCounts(
-    ms: MachineSet,
-    counts: MachineCounts,
-    satisfied: boolean,
-  ): { plan: ReplicaPlan<never> | undefined; counts: MachineCounts } | undefined {
+  private fromCounts(ms: MachineSet, counts: MachineCounts, satisfied: boolean): QuickPass | undefined {
     if (counts.releasable > 0 || counts.selectedNeedingPropagation > 0) return undefined;
     if (counts.selectedAutoPreserved > (ms.spec?.autoPreserveFailedMachineMax ?? 0)) return undefined;
     const orphans = this.ctx.informers.machineCounts.orphans(ms.metadata.namespace);
     if (orphans.length > 0 && planClaim(this.owner(ms, false), ms.spec?.selector, orphans).adopt.length > 0)
       return undefined;
-    let plan: ReplicaPlan<never> | undefined;
-    if (satisfied) {
-      plan = planReplicasFromCounts(ms, counts, this.ctx.settings.burstReplicas);
-      if (plan === undefined) return undefined;
-    }
+    let plan: QuickPass['plan'];
+    if (satisfied) plan = planReplicasFromCounts(ms, counts, this.ctx.settings.burstReplicas) ?? 'pick';
     // calculateStatusFromCounts needs no failed machine (checked again there).
     if (counts.selectedFailed > 0 || counts.selectedFailedOperation > 0) return undefined;
     return { plan, counts };
   }
 
-  /** A pass decided from the counts (fromCounts): create machines if the plan says so, and status. */
+  /**
+   * A pass decided from the counts (fromCounts): create machines if the plan says so, or delete
+   * the ones planReplicas picks among the set's own machines; then status from the counts.
+   */
   private async reconcileFromCounts(
     ms: MachineSet,
-    quick: { plan: ReplicaPlan<never> | undefined; counts: MachineCounts },
+    quick: QuickPass,
     now: number,
     log: Logger,
   ): Promise<ReconcileResult> {
@@ -290,6 +294,14 @@ export class MachineSetController {
         'waiting for earlier creations/deletions to show up in the cache',
         this.expectations.pending(key),
       );
+    } else if (quick.plan === 'pick') {
+      // The machines claim would return, without its selector check: the counts proved that
+      // nothing is to be adopted or released, so every machine the set controls and that is not
+      // being deleted matches its selector, and planReplicas looks at no other.
+      const own = this.ctx.informers.machines
+        .byIndex(CONTROLLER_UID_INDEX, ms.metadata.uid ?? '')
+        .filter((m) => m.metadata.namespace === ms.metadata.namespace);
+      failure = await this.manageReplicas(ms, own, log);
     } else {
       failure = await this.executePlan(ms, quick.plan, log);
     }

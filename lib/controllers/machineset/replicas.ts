@@ -4,12 +4,12 @@ import type { MachineSet } from '../../api/types.js';
 import type { DeepReadonly } from '../../kube/informer.js';
 import type { MachineCounts } from '../accounting.js';
 import {
-  compareForDeletion,
   isFailed,
   isTerminating,
   markedForDeletionTime,
   priorityOf,
   shouldKeepFailedMachine,
+  sortForDeletion,
   type AnyMachine,
 } from '../machines.js';
 
@@ -62,18 +62,20 @@ export function planReplicas<M extends AnyMachine>(
   const diff = active.length - replicas;
   if (diff < 0) return planCreations(ms, -diff, burst);
 
+  // The scale-down order, computed at most once per plan.
+  let order: M[] | undefined;
+  const ordered = (): M[] => (order ??= sortForDeletion(removable, now));
+
   const surplus = removable.length - replicas;
   if (surplus > 0) {
-    const ordered = [...removable].sort((a, b) => compareForDeletion(a, b, now));
-    for (const m of ordered.slice(0, Math.min(surplus, burst))) take(m, 'scale-down');
+    for (const m of ordered().slice(0, Math.min(surplus, burst))) take(m, 'scale-down');
   }
 
   const scalerTime = Date.parse(
     ms.metadata.annotations?.[Annotation.LastDeploymentReplicaChangeByScalerTime] ?? '',
   );
   if (!Number.isNaN(scalerTime)) {
-    const ordered = [...removable].sort((a, b) => compareForDeletion(a, b, now));
-    for (const m of ordered) {
+    for (const m of ordered()) {
       if (active.length - chosen.size <= replicas) break;
       const mark = markedForDeletionTime(m);
       if (priorityOf(m) === DELETE_FIRST_MACHINE_PRIORITY && mark !== undefined && mark <= scalerTime) {

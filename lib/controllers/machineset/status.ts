@@ -38,25 +38,33 @@ interface MachineTally {
   failed: readonly AnyMachine[];
 }
 
-/** The status a MachineSet should have for the machines it owns (pure). */
+/** The status a MachineSet should have for the machines it owns (pure; one pass over them). */
 export function calculateStatus({ ms, machines, now, replicaFailure }: StatusInput): MachineSetStatus {
-  const templateLabels = ms.spec?.template?.metadata?.labels ?? {};
-  return statusOf(ms, now, replicaFailure, {
+  const labelled = { matchLabels: ms.spec?.template?.metadata?.labels ?? {} };
+  const failed: AnyMachine[] = [];
+  const tally: MachineTally = {
     replicas: machines.length,
-    fullyLabeledReplicas: machines.filter((m) =>
-      selectorMatches({ matchLabels: templateLabels }, m.metadata.labels),
-    ).length,
+    fullyLabeledReplicas: 0,
+    readyReplicas: 0,
+    availableReplicas: 0,
+    preservedFailedReplicas: 0,
+    autoPreserveFailedMachineCount: 0,
+    failed,
+  };
+  for (const m of machines) {
+    if (selectorMatches(labelled, m.metadata.labels)) tally.fullyLabeledReplicas++;
     // A machine being deleted is out of service even before its controller marks it Terminating.
-    readyReplicas: machines.filter((m) => !isTerminating(m) && isReady(m)).length,
-    availableReplicas: machines.filter((m) => !isTerminating(m) && isAvailable(m)).length,
-    preservedFailedReplicas: machines.filter((m) => isFailed(m) && isPreserved(m, now)).length,
-    autoPreserveFailedMachineCount: machines.filter(
-      (m) => m.metadata.annotations?.[Annotation.Preserve] === PreserveValue.AutoPreserved,
-    ).length,
-    failed: machines.filter(
-      (m) => m.status?.lastOperation?.state === MachineState.Failed && !(isFailed(m) && isPreserved(m, now)),
-    ),
-  });
+    if (!isTerminating(m)) {
+      if (isReady(m)) tally.readyReplicas++;
+      if (isAvailable(m)) tally.availableReplicas++;
+    }
+    const preservedFailure = isFailed(m) && isPreserved(m, now);
+    if (preservedFailure) tally.preservedFailedReplicas++;
+    if (m.metadata.annotations?.[Annotation.Preserve] === PreserveValue.AutoPreserved)
+      tally.autoPreserveFailedMachineCount++;
+    if (m.status?.lastOperation?.state === MachineState.Failed && !preservedFailure) failed.push(m);
+  }
+  return statusOf(ms, now, replicaFailure, tally);
 }
 
 /**

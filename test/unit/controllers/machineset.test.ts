@@ -4,7 +4,7 @@ import type { Machine, MachineSet } from '../../../lib/api/types.js';
 import { MachineResource, MachineSetResource } from '../../../lib/api/types.js';
 import { rfc3339 } from '../../../lib/controllers/conditions.js';
 import { EXPECTATIONS_TTL_MS } from '../../../lib/controllers/expectations.js';
-import { compareForDeletion } from '../../../lib/controllers/machines.js';
+import { compareForDeletion, sortForDeletion } from '../../../lib/controllers/machines.js';
 import { MachineSetController } from '../../../lib/controllers/machineset/controller.js';
 import { planReplicas, slowStartBatch } from '../../../lib/controllers/machineset/replicas.js';
 import { ConflictError, InvalidError, UnavailableError } from '../../../lib/kube/errors.js';
@@ -19,6 +19,35 @@ const NOW = Date.UTC(2026, 10, 21, 10, 0, 0);
 describe('machine deletion order (compareForDeletion)', () => {
   const order = (ms: Machine[]): string[] =>
     [...ms].sort((a, b) => compareForDeletion(a, b, NOW)).map((m) => m.metadata.name ?? '');
+
+  it('sortForDeletion gives the comparator’s order, ties kept in input order', () => {
+    // A fixed pseudo-random fleet mixing every criterion, with many ties on each.
+    let seed = 7;
+    const next = (n: number): number => {
+      seed = (seed * 1103515245 + 12345) % 2 ** 31;
+      return seed % n;
+    };
+    const phases = ['Running', 'Pending', 'Failed', 'Unknown', 'CrashLoopBackOff', 'Available', ''];
+    const fleet = Array.from({ length: 400 }, (_, i) => {
+      const annotations: Record<string, string> = {};
+      if (next(3) === 0) annotations['machinepriority.machine.sapcloud.io'] = String(next(4));
+      if (next(5) === 0)
+        annotations['machine.sapcloud.io/marked-for-deletion-time'] = `2026-11-21T08:0${next(3)}:00Z`;
+      const preserved = next(6) === 0;
+      if (preserved && next(2) === 0) annotations['node.machine.sapcloud.io/preserve'] = 'auto-preserved';
+      return machine(`m-${next(50)}`, {
+        uid: `uid-${i}`,
+        phase: phases[next(phases.length)] ?? 'Running',
+        created: `2026-11-21T0${next(3)}:00:00Z`,
+        annotations,
+        ...(preserved ? { preserveExpiry: `2026-11-2${2 + next(2)}T00:00:00Z` } : {}),
+      });
+    });
+    const uids = (ms: readonly Machine[]): string[] => ms.map((m) => m.metadata.uid ?? '');
+    expect(uids(sortForDeletion(fleet, NOW))).to.deep.equal(
+      uids([...fleet].sort((a, b) => compareForDeletion(a, b, NOW))),
+    );
+  });
 
   it('deletes non-preserved before preserved, auto-preserved before user-preserved', () => {
     expect(
