@@ -42,10 +42,17 @@ import {
 } from '../ownership.js';
 import { planAutoPreservation, propagationPatch } from './propagate.js';
 import { planReplicas, planReplicasFromCounts, slowStartBatch, type ReplicaPlan } from './replicas.js';
-import { ReplicaFailureReason, calculateStatus, calculateStatusFromCounts } from './status.js';
+import {
+  ReplicaFailureReason,
+  calculateStatus,
+  calculateStatusFromCounts,
+  statusWriteDelay,
+} from './status.js';
 
 /** MCM re-syncs every MachineSet this often even without events. */
 export const MACHINESET_RESYNC_MS = 10 * 60 * 1000;
+/** Least time between two status writes of a set that change only its machine counts. */
+export const MACHINESET_COUNTS_STATUS_INTERVAL_MS = 1000;
 
 type CachedMachine = DeepReadonly<Machine>;
 type CachedMachineSet = DeepReadonly<MachineSet>;
@@ -76,6 +83,8 @@ export class MachineSetController {
   readonly controller: Controller;
   readonly expectations: Expectations;
   private readonly recorder: EventRecorder;
+  /** When this process last wrote each set's status (by key), for statusWriteDelay. */
+  private readonly statusWrittenAt = new Map<string, number>();
   private readonly log: Logger;
 
   constructor(
@@ -173,6 +182,7 @@ export class MachineSetController {
     const cached = this.ctx.informers.machineSets.getByKey(key);
     if (cached === undefined) {
       this.expectations.delete(key);
+      this.statusWrittenAt.delete(key);
       return {};
     }
     let ms = clone<MachineSet>(cached);
@@ -182,7 +192,7 @@ export class MachineSetController {
     if (problems.length > 0) {
       const message = formatValidationErrors(problems);
       this.recorder.event(ms, 'Warning', ReplicaFailureReason.InvalidSpec, message);
-      await this.writeStatus(
+      const wait = await this.writeStatus(
         ms,
         calculateStatus({
           ms,
@@ -190,9 +200,10 @@ export class MachineSetController {
           now,
           replicaFailure: { reason: ReplicaFailureReason.InvalidSpec, message },
         }),
+        now,
       );
       log.info('invalid MachineSet, not reconciling it', { problems: message });
-      return {};
+      return wait === undefined ? {} : { requeueAfter: wait };
     }
 
     const deleting = ms.metadata.deletionTimestamp !== undefined;
@@ -250,11 +261,11 @@ export class MachineSetController {
       replicaFailure:
         failure === undefined ? undefined : { reason: failure.reason, message: failure.message },
     });
-    await this.writeStatus(ms, status);
+    const wait = await this.writeStatus(ms, status, now);
     if (failure !== undefined) {
       throw new Error(`MachineSet ${key}: ${failure.message}`, { cause: failure.error });
     }
-    return { requeueAfter: MACHINESET_RESYNC_MS };
+    return { requeueAfter: wait ?? MACHINESET_RESYNC_MS };
   }
 
   /**
@@ -313,16 +324,35 @@ export class MachineSetController {
         failure === undefined ? undefined : { reason: failure.reason, message: failure.message },
     });
     if (status === undefined) throw new Error(`MachineSet ${key}: status from counts with failed machines`);
-    await this.writeStatus(ms, status);
+    const wait = await this.writeStatus(ms, status, now);
     if (failure !== undefined) {
       throw new Error(`MachineSet ${key}: ${failure.message}`, { cause: failure.error });
     }
-    return { requeueAfter: MACHINESET_RESYNC_MS };
+    return { requeueAfter: wait ?? MACHINESET_RESYNC_MS };
   }
 
-  private async writeStatus(ms: MachineSet, status: MachineSetStatus): Promise<void> {
-    if (jsonEqual(ms.status ?? {}, status)) return;
+  /**
+   * Writes the status when it changed, or puts off a write of counts alone (statusWriteDelay):
+   * then returns how long, for the caller to requeue the set after it.
+   */
+  private async writeStatus(
+    ms: MachineSet,
+    status: MachineSetStatus,
+    now: number,
+  ): Promise<number | undefined> {
+    if (jsonEqual(ms.status ?? {}, status)) return undefined;
+    const key = objectKey(ms);
+    const wait = statusWriteDelay(
+      ms.status,
+      status,
+      this.statusWrittenAt.get(key),
+      now,
+      MACHINESET_COUNTS_STATUS_INTERVAL_MS,
+    );
+    if (wait > 0) return wait;
+    this.statusWrittenAt.set(key, now);
     await this.ctx.client.updateStatus(MachineSetResource, { ...ms, status });
+    return undefined;
   }
 
   /** Machines this set controls after adopting orphans and releasing the ones it no longer selects. */

@@ -6,6 +6,7 @@ import {
   PreserveValue,
 } from '../../api/constants.js';
 import type { MachineSet, MachineSetStatus, MachineSummary } from '../../api/types.js';
+import { jsonEqual } from '../../kube/equal.js';
 import type { DeepReadonly } from '../../kube/informer.js';
 import { selectorMatches, selectorToString } from '../../kube/labels.js';
 import type { MachineCounts } from '../accounting.js';
@@ -127,3 +128,34 @@ export const ReplicaFailureReason = {
   FailedDelete: ConditionReason.FailedDelete,
   InvalidSpec: ConditionReason.InvalidSpec,
 } as const;
+
+/** The status without the fields that only count machines. */
+function withoutCounts(s: MachineSetStatus | DeepReadonly<MachineSetStatus>): Record<string, unknown> {
+  const {
+    replicas: _replicas,
+    fullyLabeledReplicas: _fullyLabeled,
+    readyReplicas: _ready,
+    availableReplicas: _available,
+    ...rest
+  } = s;
+  return rest;
+}
+
+/**
+ * How long the write of `next` over `current` must wait (ms; 0: write now). A status that changes
+ * only machine counts is written at most once per `intervalMs` (the wait runs from the last
+ * write), so a mass scale-up or scale-down costs a status write per interval instead of one per
+ * pass; any other change (a condition, a failed machine, the observed generation) is written at
+ * once. The caller requeues the set after the wait, so the last counts are always written.
+ */
+export function statusWriteDelay(
+  current: MachineSetStatus | DeepReadonly<MachineSetStatus> | undefined,
+  next: MachineSetStatus,
+  lastWriteAt: number | undefined,
+  now: number,
+  intervalMs: number,
+): number {
+  if (lastWriteAt === undefined) return 0;
+  if (!jsonEqual(withoutCounts(current ?? {}), withoutCounts(next))) return 0;
+  return Math.max(0, lastWriteAt + intervalMs - now);
+}

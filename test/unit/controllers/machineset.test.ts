@@ -5,7 +5,10 @@ import { MachineResource, MachineSetResource } from '../../../lib/api/types.js';
 import { rfc3339 } from '../../../lib/controllers/conditions.js';
 import { EXPECTATIONS_TTL_MS } from '../../../lib/controllers/expectations.js';
 import { compareForDeletion, sortForDeletion } from '../../../lib/controllers/machines.js';
-import { MachineSetController } from '../../../lib/controllers/machineset/controller.js';
+import {
+  MACHINESET_COUNTS_STATUS_INTERVAL_MS,
+  MachineSetController,
+} from '../../../lib/controllers/machineset/controller.js';
 import { planReplicas, slowStartBatch } from '../../../lib/controllers/machineset/replicas.js';
 import { ConflictError, InvalidError, UnavailableError } from '../../../lib/kube/errors.js';
 import { CapturingLogger, nullLogger } from '../../../lib/observability/logger.js';
@@ -488,6 +491,12 @@ describe('MachineSetController.reconcile', () => {
         [],
       );
       await env.settle();
+      // The first pass wrote the status a moment ago: a change of counts alone waits for the
+      // interval (the set is requeued for its end), then goes out.
+      const early = await controller.reconcile(`${NS}/ms`, ctxFor);
+      expect(early.requeueAfter).to.equal(MACHINESET_COUNTS_STATUS_INTERVAL_MS);
+      expect(env.api.peek<MachineSet>(MachineSetResource, 'ms', NS)?.status?.readyReplicas).to.equal(2);
+      await env.clock.advance(MACHINESET_COUNTS_STATUS_INTERVAL_MS);
       await controller.reconcile(`${NS}/ms`, ctxFor);
       expect(env.api.peek<MachineSet>(MachineSetResource, 'ms', NS)?.status).to.deep.include({
         replicas: 2,
