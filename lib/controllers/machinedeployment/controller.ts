@@ -50,6 +50,8 @@ import { isScalingEvent, syncScaling } from './scale.js';
 
 /** MCM re-syncs every MachineDeployment this often even without events. */
 export const MACHINEDEPLOYMENT_RESYNC_MS = 10 * 60 * 1000;
+/** How long machine events wait to wake their deployment, so that a burst of them shares a pass. */
+export const MACHINE_EVENT_BATCH_MS = 200;
 
 /** How soon to look again after (un)marking machines for the autoscaler, should no event arrive. */
 const MARK_SETTLE_MS = 1000;
@@ -175,14 +177,19 @@ export class MachineDeploymentController {
     else if (controllerRefOf(ms) === undefined) this.enqueueSelecting(ms);
   }
 
-  /** The deployment owning a machine's set: machine changes drive Recreate and status. */
+  /**
+   * The deployment owning a machine's set: machine changes drive Recreate, rollout steps and
+   * status. They come in bursts (a scale-down changes each machine several times), so they wake
+   * the deployment MACHINE_EVENT_BATCH_MS later: one pass for the burst, not one per event. An
+   * enqueue for any other reason still runs at once.
+   */
   private enqueueForMachine(m: CachedMachine): void {
     const ref = controllerRefOf(m);
     if (ref?.kind !== MachineSetResource.kind) return;
     const ms = this.ctx.informers.machineSets.get(m.metadata.namespace, ref.name);
     if (ms?.metadata.uid !== ref.uid) return;
     const mcd = this.deploymentOf(ms);
-    if (mcd !== undefined) this.enqueue(mcd);
+    if (mcd !== undefined) this.controller.enqueueAfter(objectKey(mcd), MACHINE_EVENT_BATCH_MS);
   }
 
   private wire(): void {
