@@ -350,8 +350,8 @@ export class MachineSetController {
       MACHINESET_COUNTS_STATUS_INTERVAL_MS,
     );
     if (wait > 0) return wait;
-    this.statusWrittenAt.set(key, now);
     await this.ctx.client.updateStatus(MachineSetResource, { ...ms, status });
+    this.statusWrittenAt.set(key, now);
     return undefined;
   }
 

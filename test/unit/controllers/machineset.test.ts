@@ -504,6 +504,35 @@ describe('MachineSetController.reconcile', () => {
         availableReplicas: 1,
       });
     });
+
+    it('does not hold back the counts after a status write that failed', async () => {
+      await env.stop();
+      env = new ControllerTestEnv({ finalizeNewMachines: true });
+      await scaleDownOne();
+      await controller.reconcile(`${NS}/ms`, ctxFor); // deletes one, writes the counts before it
+      await env.settle();
+      await env.clock.advance(MACHINESET_COUNTS_STATUS_INTERVAL_MS);
+      let refuse = true;
+      env.api.react((a) =>
+        refuse && a.resource.startsWith('machinesets.') && a.subresource === 'status'
+          ? new ConflictError('the object has been modified', 409, 'Conflict')
+          : undefined,
+      );
+      let error: unknown;
+      try {
+        await controller.reconcile(`${NS}/ms`, ctxFor);
+      } catch (err) {
+        error = err;
+      }
+      expect(error, 'the write of the new counts was refused').to.be.instanceOf(ConflictError);
+      refuse = false;
+      // Nothing was written since the first pass a second ago: the retry goes out at once.
+      await controller.reconcile(`${NS}/ms`, ctxFor);
+      expect(env.api.peek<MachineSet>(MachineSetResource, 'ms', NS)?.status).to.deep.include({
+        replicas: 2,
+        readyReplicas: 1,
+      });
+    });
   });
 
   it('does not delete again while its own deletions are not yet in the cache', async () => {
