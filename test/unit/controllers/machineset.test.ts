@@ -17,6 +17,16 @@ import { NS, machine, machineSet } from './builders.js';
 import { ControllerTestEnv } from './env.js';
 
 const ctxFor = { log: nullLogger, signal: new AbortController().signal };
+
+/** What a promise rejected with; undefined when it resolved. */
+async function failureOf(p: Promise<unknown>): Promise<unknown> {
+  try {
+    await p;
+    return undefined;
+  } catch (err) {
+    return err;
+  }
+}
 const NOW = Date.UTC(2026, 10, 21, 10, 0, 0);
 
 describe('machine deletion order (compareForDeletion)', () => {
@@ -518,12 +528,7 @@ describe('MachineSetController.reconcile', () => {
           ? new ConflictError('the object has been modified', 409, 'Conflict')
           : undefined,
       );
-      let error: unknown;
-      try {
-        await controller.reconcile(`${NS}/ms`, ctxFor);
-      } catch (err) {
-        error = err;
-      }
+      const error = await failureOf(controller.reconcile(`${NS}/ms`, ctxFor));
       expect(error, 'the write of the new counts was refused').to.be.instanceOf(ConflictError);
       refuse = false;
       // Nothing was written since the first pass a second ago: the retry goes out at once.
@@ -617,12 +622,7 @@ describe('MachineSetController.reconcile', () => {
         ? new InvalidError('quota exceeded', 422, 'Invalid')
         : undefined,
     );
-    let error: unknown;
-    try {
-      await controller.reconcile(`${NS}/ms`, ctxFor);
-    } catch (err) {
-      error = err;
-    }
+    const error = await failureOf(controller.reconcile(`${NS}/ms`, ctxFor));
     expect(error).to.be.instanceOf(Error);
     expect(env.api.writes().filter((w) => w.verb === 'create')).to.have.length(1);
     expect(env.recorder.events.find((e) => e.reason === 'FailedCreate')?.message).to.contain(
@@ -660,12 +660,7 @@ describe('MachineSetController.reconcile', () => {
     env.api.react((a) =>
       a.verb === 'delete' && a.resource.startsWith('machines.') && a.name === 'b' ? refused : undefined,
     );
-    let error: unknown;
-    try {
-      await controller.reconcile(`${NS}/ms`, ctxFor);
-    } catch (err) {
-      error = err;
-    }
+    const error = await failureOf(controller.reconcile(`${NS}/ms`, ctxFor));
     expect(error, 'the failure reaches the work queue').to.be.instanceOf(Error);
     expect((error as Error).cause).to.equal(refused);
     expect(env.recorder.events.find((e) => e.reason === 'FailedDelete')?.message).to.contain('timed out');
