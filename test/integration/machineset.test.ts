@@ -7,6 +7,7 @@ import {
   MachineSetResource,
   type Machine,
   type MachineSet,
+  type MachineSetStatus,
 } from '../../lib/api/types.js';
 import { isTerminating } from '../../lib/controllers/machines.js';
 import { CoreResources } from '../../lib/kube/resources.js';
@@ -61,6 +62,61 @@ class MachineWatch {
         this.maxActive = Math.max(this.maxActive, n);
       }
     })();
+  }
+
+  async stop(): Promise<void> {
+    this.abort.abort();
+    await this.done;
+  }
+}
+
+/** Records each status the apiserver reports for one MachineSet, with when it arrived. */
+class SetStatusWatch {
+  readonly writes: { at: number; status: MachineSetStatus }[] = [];
+  private last = '{}';
+  private readonly abort = new AbortController();
+  private done: Promise<void> | undefined;
+
+  constructor(
+    private readonly env: MachineEnv,
+    private readonly setName: string,
+  ) {}
+
+  async start(): Promise<void> {
+    const list = await this.env.client.list<MachineSet>(MachineSetResource, { namespace: NS });
+    const stream = await this.env.client.watch<MachineSet>(MachineSetResource, {
+      namespace: NS,
+      resourceVersion: list.metadata.resourceVersion ?? '',
+      fieldSelector: `metadata.name=${this.setName}`,
+      signal: this.abort.signal,
+    });
+    this.done = (async () => {
+      for await (const ev of stream) {
+        const status = ev.object.status ?? {};
+        const json = JSON.stringify(status);
+        if (ev.type === 'DELETED' || json === this.last) continue;
+        this.last = json;
+        this.writes.push({ at: Date.now(), status });
+      }
+    })();
+  }
+
+  /** Status changes from the `from`th on that changed nothing but the four replica counts. */
+  countOnly(from: number): { at: number; status: MachineSetStatus }[] {
+    const rest = (s: MachineSetStatus): string => {
+      const {
+        replicas: _r,
+        fullyLabeledReplicas: _f,
+        readyReplicas: _ready,
+        availableReplicas: _a,
+        ...other
+      } = s;
+      return JSON.stringify(other);
+    };
+    return this.writes.filter((w, i) => {
+      const prev = i >= Math.max(1, from) ? this.writes[i - 1] : undefined;
+      return prev !== undefined && rest(w.status) === rest(prev.status);
+    });
   }
 
   async stop(): Promise<void> {
@@ -192,6 +248,50 @@ describe('MachineSet controller against a real kube-apiserver', function () {
       fieldSelector: 'involvedObject.name=overshoot',
     });
     expect(events.items.map((e) => e.reason)).to.include('UnfrozeMachineSet');
+  });
+
+  it('writes changes of its machine counts at most about once a second, and the last counts land', async () => {
+    await env.client.create(MachineSetResource, newMachineSet('paced', 0));
+    const watch = new SetStatusWatch(env, 'paced');
+    await watch.start();
+    /**
+     * A pass that changes only counts waits until a second after the last status write (timed
+     * from the start of the passes): n such writes span at least (n - 1) seconds, less the
+     * duration of a pass and the watch's delivery jitter, which the one write of slack covers.
+     */
+    const expectPaced = (phase: string, from: number): void => {
+      const paced = watch.countOnly(from);
+      const first = paced[0];
+      const last = paced.at(-1);
+      if (first === undefined || last === undefined || paced.length < 2) return;
+      const spanMs = last.at - first.at;
+      expect(paced.length, `${phase}: count-only status writes over ${spanMs} ms`).to.be.at.most(
+        Math.floor(spanMs / 1000) + 2,
+      );
+    };
+    const settled = (want: number) =>
+      until(`status of paced settled at ${want}`, async () => {
+        const got = await env.client.get<MachineSet>(MachineSetResource, 'paced', NS);
+        const s = got.status;
+        return s?.replicas === want && s.readyReplicas === want && s.availableReplicas === want
+          ? s
+          : undefined;
+      });
+    try {
+      await env.client.scale(MachineSetResource, 'paced', NS, 16);
+      await running('paced', 16);
+      expect(await settled(16)).to.include({ replicas: 16, fullyLabeledReplicas: 16 });
+      expectPaced('scale-up', 0);
+      const upWrites = watch.writes.length;
+      await env.client.scale(MachineSetResource, 'paced', NS, 0);
+      await until('no machines of paced', async () =>
+        (await machinesOf('paced')).length === 0 ? true : undefined,
+      );
+      expect(await settled(0)).to.include({ replicas: 0, fullyLabeledReplicas: 0 });
+      expectPaced('scale-down', upWrites);
+    } finally {
+      await watch.stop();
+    }
   });
 
   it('deletes its machines when the MachineSet is deleted, then goes away', async () => {
