@@ -38,4 +38,5 @@ COPY --from=build /out/ ./
 USER 1000:1000
 # /metrics, /healthz, /readyz (--port) and the externalgrpc server (--grpc-address).
 EXPOSE 10258 8086
-ENTRYPOINT ["node", "dist/cmd/manager.js"]
+# --max-semi-space-size: lib/runtime.ts (NODE_FLAGS).
+ENTRYPOINT ["node", "--max-semi-space-size=4", "dist/cmd/manager.js"]

@@ -44,6 +44,7 @@ import { profileApiServer } from './cpprofile.js';
 import { startControlPlane, type ControlPlane } from '../harness/controlplane.js';
 import { ManagedProcess, freePort, waitUntil } from '../harness/process.js';
 import { mcmAnchorDir, readToolVersions, repoRoot } from '../harness/tools.js';
+import { managerNodeFlags } from './entrypoint.js';
 import { processUsage } from './lifecycle.bench.js';
 import { printTable } from './table.js';
 
@@ -289,6 +290,8 @@ async function startOurs(cp: ControlPlane, s: Setting, root = repoRoot): Promise
       ...(process.env.MCM_BENCH_SCALE_CPU_PROF === undefined
         ? []
         : ['--cpu-prof', `--cpu-prof-dir=${process.env.MCM_BENCH_SCALE_CPU_PROF}`]),
+      // As that build's image starts it.
+      ...managerNodeFlags(root),
       path.join(root, 'dist', 'cmd', 'manager.js'),
       `--control-kubeconfig=${cp.kubeconfigPath}`,
       `--namespace=${NAMESPACE}`,
@@ -327,6 +330,7 @@ async function startFloor(cp: ControlPlane, s: Setting): Promise<ManagedProcess[
       `--port=${port}`,
       `--node-writes=${String(FLOOR_NODE_WRITES)}`,
       `--bodies=${FLOOR_BODIES}`,
+      `--watches=${String(FLOOR_WATCHES)}`,
     ],
     logFile: path.join(cp.workDir, 'null-manager.log'),
   });
@@ -355,6 +359,12 @@ function startSide(impl: Impl, cp: ControlPlane, s: Setting): Promise<ManagedPro
  * published results).
  */
 const FLOOR_NODE_WRITES = process.env.MCM_BENCH_SCALE_FLOOR_NODE_WRITES !== '0';
+
+/**
+ * Whether the floor also watches (and caches) Machines and Nodes, as any watch-based controller
+ * does (MCM_BENCH_SCALE_FLOOR_WATCHES=1); by default it watches only the deployment.
+ */
+const FLOOR_WATCHES = process.env.MCM_BENCH_SCALE_FLOOR_WATCHES === '1';
 
 /**
  * What the floor's Machine requests carry: `mcm` (the default), the fields gardener MCM's API puts

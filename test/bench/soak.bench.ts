@@ -21,6 +21,7 @@ import { metricsText } from '../harness/http.js';
 import { ManagedProcess, freePort, waitUntil } from '../harness/process.js';
 import { autoscalerUnavailableReason, newestAutoscalerVersion, repoRoot } from '../harness/tools.js';
 import { LifecycleEnv, NS, nodeTemplate } from '../integration/env/lifecycle.js';
+import { managerNodeFlags } from './entrypoint.js';
 import { printTable } from './table.js';
 import { AppsDeployments, nodeFillingDeployment } from '../harness/workload.js';
 
@@ -258,6 +259,7 @@ export async function benchSoak(): Promise<void> {
       name: 'manager',
       command: process.execPath,
       args: [
+        ...managerNodeFlags(repoRoot),
         path.join(repoRoot, 'dist', 'cmd', 'manager.js'),
         `--control-kubeconfig=${kubeconfig}`,
         `--target-kubeconfig=${kubeconfig}`,

@@ -6,6 +6,7 @@ import path from 'node:path';
 
 import { expect } from 'chai';
 
+import { NODE_FLAGS } from '../../lib/runtime.js';
 import { startControlPlane, type ControlPlane } from '../harness/controlplane.js';
 import { freePort } from '../harness/process.js';
 import { repoRoot } from '../harness/tools.js';
@@ -65,7 +66,11 @@ describe('container image (Dockerfile)', function () {
     if (final === undefined) throw new Error('no stage');
     const last = (op: string): string | undefined =>
       final.instructions.filter((i) => i.op === op).pop()?.args;
-    expect(JSON.parse(last('ENTRYPOINT') ?? 'null')).to.deep.equal(['node', 'dist/cmd/manager.js']);
+    expect(JSON.parse(last('ENTRYPOINT') ?? 'null')).to.deep.equal([
+      'node',
+      ...NODE_FLAGS,
+      'dist/cmd/manager.js',
+    ]);
     const user = last('USER') ?? '';
     expect(user, 'the runtime user must be numeric so runAsNonRoot can verify it').to.match(
       /^[1-9]\d*(:\d+)?$/,
