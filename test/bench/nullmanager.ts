@@ -22,7 +22,11 @@
 //
 // node dist/test/bench/nullmanager.js --kubeconfig=F --namespace=NS --deployment=NAME
 //   --kube-api-qps=Q --kube-api-burst=B --port=P [--workers=50] [--node-writes=false]
-//   [--bodies=mcm|minimal]
+//   [--bodies=mcm|minimal] [--watches=true]
+//
+// With --watches=true it also keeps a cache of its namespace's Machines and of all Nodes (our
+// informers, no handlers): what any watch-based controller of these objects holds, to tell the
+// cost of those watches (kube-apiserver sending each event, the process decoding it) from the rest.
 
 import http from 'node:http';
 
@@ -62,6 +66,7 @@ const bodies = flag('bodies', 'mcm');
 if (bodies !== 'mcm' && bodies !== 'minimal')
   throw new Error(`null manager: --bodies=${bodies}: mcm or minimal`);
 const mcmBodies = bodies === 'mcm';
+const watches = flag('watches', 'false') === 'true';
 const client = new KubeClient({
   kubeConfig: KubeConfig.fromFile(flag('kubeconfig')),
   qps: Number(flag('kube-api-qps')),
@@ -307,6 +312,10 @@ deployments.addHandler({
   },
 });
 deployments.start();
+if (watches) {
+  new Informer<Machine>({ client, resource: MachineResource, namespace, logger: nullLogger }).start();
+  new Informer<Node>({ client, resource: CoreResources.nodes, logger: nullLogger }).start();
+}
 
 http
   .createServer((_req, res) => {
