@@ -1,3 +1,4 @@
+#!/usr/bin/env node
 /**
  * machine-controller-manager: flags → configuration → Manager; SIGTERM/SIGINT shut it down
  * gracefully (controllers drain, the leader Lease is released).
