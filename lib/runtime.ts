@@ -18,8 +18,8 @@ export const HEAP_GROWING_PERCENT = 100;
  * them: V8 sizes its young generation at start-up, so the process cannot set this on itself). Each
  * of the young generation's two semi-spaces grows to 4 MiB instead of V8's 16: the manager's
  * short-lived garbage (parsed responses and watch events, a reconcile's scratch) dies within a few
- * MiB of allocation, and the peak RSS of the 1,000-machine benchmark fell by about 19 MiB at the
- * same CPU (README, Performance).
+ * MiB of allocation, and the peak RSS of the 1,000-machine benchmark fell by about 20 MiB for a
+ * few per cent more of the manager's CPU (README, Design decisions).
  */
 export const NODE_FLAGS: readonly string[] = ['--max-semi-space-size=4'];
 
