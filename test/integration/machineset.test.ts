@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 
-import type { CoreEvent } from '../../lib/kube/types.js';
+import type { CoreEvent, KubeObject } from '../../lib/kube/types.js';
 import {
   API_VERSION,
   MachineResource,
@@ -10,7 +10,8 @@ import {
   type MachineSetStatus,
 } from '../../lib/api/types.js';
 import { isTerminating } from '../../lib/controllers/machines.js';
-import { CoreResources } from '../../lib/kube/resources.js';
+import type { WatchEvent } from '../../lib/kube/client.js';
+import { CoreResources, type ResourceType } from '../../lib/kube/resources.js';
 import { startMachineEnv, type MachineEnv } from './env/machineenv.js';
 import { until } from './env/until.js';
 
@@ -30,13 +31,39 @@ function newMachineSet(name: string, replicas: number): MachineSet {
   };
 }
 
+/**
+ * Lists `res` in the namespace, then watches it from that list's resourceVersion, handing every
+ * event to `on` until the returned stop is called.
+ */
+async function watchEvents<T extends KubeObject>(
+  env: MachineEnv,
+  res: ResourceType,
+  select: { labelSelector?: string; fieldSelector?: string },
+  on: (ev: WatchEvent<T>) => void,
+): Promise<() => Promise<void>> {
+  const list = await env.client.list<T>(res, { namespace: NS });
+  const abort = new AbortController();
+  const stream = await env.client.watch<T>(res, {
+    namespace: NS,
+    resourceVersion: list.metadata.resourceVersion ?? '',
+    ...select,
+    signal: abort.signal,
+  });
+  const done = (async () => {
+    for await (const ev of stream) on(ev);
+  })();
+  return async () => {
+    abort.abort();
+    await done;
+  };
+}
+
 /** Records every machine state the apiserver reports for one MachineSet's machines. */
 class MachineWatch {
   readonly created = new Set<string>();
   maxActive = 0;
   private readonly active = new Map<string, boolean>();
-  private readonly abort = new AbortController();
-  private done: Promise<void> | undefined;
+  private stopWatch: (() => Promise<void>) | undefined;
 
   constructor(
     private readonly env: MachineEnv,
@@ -44,15 +71,11 @@ class MachineWatch {
   ) {}
 
   async start(): Promise<void> {
-    const list = await this.env.client.list<Machine>(MachineResource, { namespace: NS });
-    const stream = await this.env.client.watch<Machine>(MachineResource, {
-      namespace: NS,
-      resourceVersion: list.metadata.resourceVersion ?? '',
-      labelSelector: `set=${this.setName}`,
-      signal: this.abort.signal,
-    });
-    this.done = (async () => {
-      for await (const ev of stream) {
+    this.stopWatch = await watchEvents<Machine>(
+      this.env,
+      MachineResource,
+      { labelSelector: `set=${this.setName}` },
+      (ev) => {
         const name = ev.object.metadata.name ?? '';
         if (ev.type === 'ADDED') this.created.add(name);
         if (ev.type === 'DELETED') this.active.delete(name);
@@ -60,13 +83,12 @@ class MachineWatch {
           this.active.set(name, !isTerminating(ev.object));
         const n = [...this.active.values()].filter(Boolean).length;
         this.maxActive = Math.max(this.maxActive, n);
-      }
-    })();
+      },
+    );
   }
 
   async stop(): Promise<void> {
-    this.abort.abort();
-    await this.done;
+    await this.stopWatch?.();
   }
 }
 
@@ -74,8 +96,7 @@ class MachineWatch {
 class SetStatusWatch {
   readonly writes: { at: number; status: MachineSetStatus }[] = [];
   private last = '{}';
-  private readonly abort = new AbortController();
-  private done: Promise<void> | undefined;
+  private stopWatch: (() => Promise<void>) | undefined;
 
   constructor(
     private readonly env: MachineEnv,
@@ -83,22 +104,22 @@ class SetStatusWatch {
   ) {}
 
   async start(): Promise<void> {
-    const list = await this.env.client.list<MachineSet>(MachineSetResource, { namespace: NS });
-    const stream = await this.env.client.watch<MachineSet>(MachineSetResource, {
-      namespace: NS,
-      resourceVersion: list.metadata.resourceVersion ?? '',
-      fieldSelector: `metadata.name=${this.setName}`,
-      signal: this.abort.signal,
-    });
-    this.done = (async () => {
-      for await (const ev of stream) {
+    this.stopWatch = await watchEvents<MachineSet>(
+      this.env,
+      MachineSetResource,
+      { fieldSelector: `metadata.name=${this.setName}` },
+      (ev) => {
         const status = ev.object.status ?? {};
         const json = JSON.stringify(status);
-        if (ev.type === 'DELETED' || json === this.last) continue;
+        if (ev.type === 'DELETED' || json === this.last) return;
         this.last = json;
         this.writes.push({ at: Date.now(), status });
-      }
-    })();
+      },
+    );
+  }
+
+  async stop(): Promise<void> {
+    await this.stopWatch?.();
   }
 
   /** Status changes from the `from`th on that changed nothing but the four replica counts. */
@@ -117,11 +138,6 @@ class SetStatusWatch {
       const prev = i >= Math.max(1, from) ? this.writes[i - 1] : undefined;
       return prev !== undefined && rest(w.status) === rest(prev.status);
     });
-  }
-
-  async stop(): Promise<void> {
-    this.abort.abort();
-    await this.done;
   }
 }
 
