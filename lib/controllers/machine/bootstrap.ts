@@ -15,22 +15,41 @@ const BOOTSTRAP_NAMESPACE = 'kube-system';
 
 const escaped = (s: string): string => encodeURIComponent(s);
 
+/**
+ * User data is bytes, not text: cloud-init takes gzip (and EC2 limits user data to 16 KiB, which
+ * makes gzip common). The placeholders are ASCII, so they are found and replaced on the bytes;
+ * everything around them, and data without them (gzip included), is kept byte for byte.
+ */
+function replaceBytes(data: Buffer, search: string, replacement: string): Buffer {
+  const needle = Buffer.from(search, 'utf8');
+  let at = data.indexOf(needle);
+  if (at < 0) return data;
+  const value = Buffer.from(replacement, 'utf8');
+  const parts: Buffer[] = [];
+  let from = 0;
+  while (at >= 0) {
+    parts.push(data.subarray(from, at), value);
+    from = at + needle.length;
+    at = data.indexOf(needle, from);
+  }
+  parts.push(data.subarray(from));
+  return Buffer.concat(parts);
+}
+
 /** Whether user data asks for a bootstrap token (plain or URL-encoded placeholder). */
-export function needsBootstrapToken(userData: string): boolean {
+export function needsBootstrapToken(userData: Buffer): boolean {
   return (
     userData.includes(BOOTSTRAP_TOKEN_PLACEHOLDER) || userData.includes(escaped(BOOTSTRAP_TOKEN_PLACEHOLDER))
   );
 }
 
 /** User data with the token and machine name placeholders (plain or URL-encoded) filled in. */
-export function substituteUserData(userData: string, machineName: string, token: string | undefined): string {
-  let out = userData
-    .replaceAll(MACHINE_NAME_PLACEHOLDER, machineName)
-    .replaceAll(escaped(MACHINE_NAME_PLACEHOLDER), escaped(machineName));
+export function substituteUserData(userData: Buffer, machineName: string, token: string | undefined): Buffer {
+  let out = replaceBytes(userData, MACHINE_NAME_PLACEHOLDER, machineName);
+  out = replaceBytes(out, escaped(MACHINE_NAME_PLACEHOLDER), escaped(machineName));
   if (token !== undefined) {
-    out = out
-      .replaceAll(BOOTSTRAP_TOKEN_PLACEHOLDER, token)
-      .replaceAll(escaped(BOOTSTRAP_TOKEN_PLACEHOLDER), escaped(token));
+    out = replaceBytes(out, BOOTSTRAP_TOKEN_PLACEHOLDER, token);
+    out = replaceBytes(out, escaped(BOOTSTRAP_TOKEN_PLACEHOLDER), escaped(token));
   }
   return out;
 }

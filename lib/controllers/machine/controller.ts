@@ -523,7 +523,7 @@ export class MachineController {
       { requireFinalizer: false },
     );
     const raw = r.ok ? r.secret.data?.userData : undefined;
-    if (raw === undefined || !needsBootstrapToken(Buffer.from(raw, 'base64').toString('utf8'))) return;
+    if (raw === undefined || !needsBootstrapToken(Buffer.from(raw, 'base64'))) return;
     const uid = m.metadata.uid ?? '';
     await deleteBootstrapToken(target, { name: m.metadata.name ?? '', uid }, this.deps.tokens.get(uid));
     this.deps.tokens.delete(uid);

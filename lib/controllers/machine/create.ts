@@ -98,11 +98,14 @@ async function createFailed(
   return { requeueAfter: retry };
 }
 
-/** The merged class secret with the user data placeholders filled in. */
+/**
+ * The merged class secret with the user data placeholders filled in. User data is handled as
+ * bytes (see substituteUserData): without placeholders the Secret's value goes to the driver as is.
+ */
 async function machineSecret(d: MachineDeps, m: AnyMachine, secret: Secret): Promise<Secret> {
   const raw = secret.data?.userData;
   if (raw === undefined) return secret;
-  const userData = Buffer.from(raw, 'base64').toString('utf8');
+  const userData = Buffer.from(raw, 'base64');
   let token: string | undefined;
   const name = m.metadata.name ?? '';
   if (d.target !== undefined && needsBootstrapToken(userData)) {
@@ -117,10 +120,8 @@ async function machineSecret(d: MachineDeps, m: AnyMachine, secret: Secret): Pro
     d.tokens.set(m.metadata.uid, t.secret);
   }
   const filled = substituteUserData(userData, name, token);
-  return {
-    ...secret,
-    data: { ...(secret.data ?? {}), userData: Buffer.from(filled, 'utf8').toString('base64') },
-  };
+  if (filled === userData) return secret;
+  return { ...secret, data: { ...(secret.data ?? {}), userData: filled.toString('base64') } };
 }
 
 /** Creates, adopts or initialises the VM of a machine that has none (or is in CrashLoopBackOff). */

@@ -76,10 +76,17 @@ export function readCredentials(secret: Secret): CredentialsResult {
     : { ok: true, credentials: { kind: 'static', accessKeyId, secretAccessKey } };
 }
 
-/** The user data of a Secret (required to create an instance), or undefined when missing. */
-export function readUserData(secret: Secret): string | undefined {
-  const userData = value(secret, SecretKey.UserData);
-  return userData === '' ? undefined : userData;
+/**
+ * The user data of a Secret as bytes (required to create an instance), or undefined when missing.
+ * Bytes, not text: gzipped cloud-init must reach EC2 exactly as the Secret holds it.
+ */
+export function readUserData(secret: Secret): Buffer | undefined {
+  const raw = secret.data?.[SecretKey.UserData];
+  const bytes =
+    raw !== undefined
+      ? Buffer.from(raw, 'base64')
+      : Buffer.from(secret.stringData?.[SecretKey.UserData] ?? '', 'utf8');
+  return bytes.length === 0 ? undefined : bytes;
 }
 
 export const USER_DATA_PROBLEM = `secretRef.${SecretKey.UserData}: Required value: the user data of the instances`;

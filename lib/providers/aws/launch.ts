@@ -22,8 +22,8 @@ export interface LaunchRequest {
   machineName: string;
   /** The machine's UID: the ClientToken is derived from it. */
   machineUID: string;
-  /** Decoded user data (sent base64-encoded, as EC2 requires). */
-  userData: string;
+  /** The user data's bytes (sent base64-encoded, as EC2 requires). */
+  userData: Buffer;
   /** The AMI's root device name; needed only when the class lists block devices. */
   rootDeviceName?: string | undefined;
 }
@@ -112,7 +112,7 @@ export function runInstancesInput(req: LaunchRequest): RunInstancesCommandInput 
     InstanceType: spec.machineType as _InstanceType,
     MinCount: 1,
     MaxCount: 1,
-    UserData: Buffer.from(req.userData, 'utf8').toString('base64'),
+    UserData: req.userData.toString('base64'),
     IamInstanceProfile: (spec.iam.name ?? '') !== '' ? { Name: spec.iam.name } : { Arn: spec.iam.arn },
     NetworkInterfaces: spec.networkInterfaces.map(networkInterface),
     TagSpecifications: [tagSpec('instance'), tagSpec('volume'), tagSpec('network-interface')],

@@ -1,3 +1,5 @@
+import { gunzipSync, gzipSync } from 'node:zlib';
+
 import { expect } from 'chai';
 
 import {
@@ -31,10 +33,43 @@ describe('user data and bootstrap tokens', () => {
   });
 
   it('fills plain and URL-encoded placeholders', () => {
-    const ud = 'name=<<MACHINE_NAME>> token=<<BOOTSTRAP_TOKEN>> url=%3C%3CBOOTSTRAP_TOKEN%3E%3E';
+    const ud = Buffer.from('name=<<MACHINE_NAME>> token=<<BOOTSTRAP_TOKEN>> url=%3C%3CBOOTSTRAP_TOKEN%3E%3E');
     expect(needsBootstrapToken(ud)).to.be.true;
-    expect(substituteUserData(ud, 'm-1', 'abc.def')).to.equal('name=m-1 token=abc.def url=abc.def');
-    expect(needsBootstrapToken('name=<<MACHINE_NAME>>')).to.be.false;
+    expect(substituteUserData(ud, 'm-1', 'abc.def').toString()).to.equal(
+      'name=m-1 token=abc.def url=abc.def',
+    );
+    expect(needsBootstrapToken(Buffer.from('name=<<MACHINE_NAME>>'))).to.be.false;
+  });
+
+  it('keeps gzipped user data byte for byte (no placeholder can be seen in it)', () => {
+    const gz = gzipSync(Buffer.from('#cloud-config\nruncmd: [join <<BOOTSTRAP_TOKEN>>]\n'.repeat(40)));
+    // gzip output is not valid UTF-8: a text round trip would replace bytes with U+FFFD.
+    expect(Buffer.from(gz.toString('utf8'), 'utf8').equals(gz), 'the bytes are not text').to.be.false;
+    const out = substituteUserData(gz, 'm-1', 'abc.def');
+    expect(out.equals(gz)).to.be.true;
+    expect(gunzipSync(out).toString()).to.include('<<BOOTSTRAP_TOKEN>>');
+  });
+
+  it('replaces placeholders between bytes that are not UTF-8 and keeps those bytes', () => {
+    const raw = Buffer.concat([
+      Buffer.from([0xff, 0xfe, 0x80]),
+      Buffer.from('<<BOOTSTRAP_TOKEN>>'),
+      Buffer.from([0xc3]),
+      Buffer.from('<<MACHINE_NAME>>'),
+      Buffer.from([0x00, 0x9f]),
+    ]);
+    expect(needsBootstrapToken(raw)).to.be.true;
+    const out = substituteUserData(raw, 'm-1', 'abc.def');
+    expect([...out]).to.deep.equal([
+      0xff,
+      0xfe,
+      0x80,
+      ...Buffer.from('abc.def'),
+      0xc3,
+      ...Buffer.from('m-1'),
+      0x00,
+      0x9f,
+    ]);
   });
 
   it('resolves replacement budgets given as counts or percentages of the replicas', () => {

@@ -1,3 +1,5 @@
+import { gzipSync } from 'node:zlib';
+
 import { expect } from 'chai';
 
 import { MachineResource, type Machine, type MachineClass } from '../../../../lib/api/types.js';
@@ -118,5 +120,56 @@ describe('machine creation: the bootstrap token', () => {
     } finally {
       await env.stop();
     }
+  });
+});
+
+describe('machine creation: user data', () => {
+  const withUserData = async (userData: Buffer): Promise<string | undefined> => {
+    const cloud = ipNamedCloud();
+    let sent: string | undefined;
+    const driver: Driver = {
+      ...cloud.driver,
+      createMachine: (req) => {
+        sent = req.secret.data?.userData;
+        return cloud.driver.createMachine(req);
+      },
+    };
+    const m = machine('m1');
+    m.spec = { ...m.spec, class: { kind: 'MachineClass', name: 'ec2' } };
+    const { env, mc } = await machineControllerEnv([m], {
+      machineClass: { ...fakeClass, secretRef: { name: 'cloud', namespace: 'default' } },
+      provider: { name: 'ipcloud', driver },
+      seed: (e) => {
+        e.seed(CoreResources.secrets, {
+          apiVersion: 'v1',
+          kind: 'Secret',
+          metadata: { name: 'cloud', namespace: 'default' },
+          data: { userData: userData.toString('base64') },
+        } as Secret);
+      },
+    });
+    try {
+      await mc.reconcile('default/m1', rctx);
+      return sent;
+    } finally {
+      await env.stop();
+    }
+  };
+
+  it('reaches the driver byte for byte when gzipped', async () => {
+    const gz = gzipSync(Buffer.from('#cloud-config\nwrite_files: []\n'.repeat(50)));
+    const sent = await withUserData(gz);
+    expect(sent, 'user data sent').to.be.a('string');
+    expect(Buffer.from(sent ?? '', 'base64').equals(gz)).to.be.true;
+  });
+
+  it('has its placeholders filled without touching the bytes around them', async () => {
+    const raw = Buffer.concat([
+      Buffer.from([0xff, 0x00]),
+      Buffer.from('name=<<MACHINE_NAME>>'),
+      Buffer.from([0x80]),
+    ]);
+    const sent = Buffer.from((await withUserData(raw)) ?? '', 'base64');
+    expect([...sent]).to.deep.equal([0xff, 0x00, ...Buffer.from('name=m1'), 0x80]);
   });
 });

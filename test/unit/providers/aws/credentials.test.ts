@@ -1,3 +1,5 @@
+import { gzipSync } from 'node:zlib';
+
 import { expect } from 'chai';
 
 import {
@@ -76,10 +78,18 @@ describe('AWS provider: credentials and user data from the class Secret', () => 
     });
   }
 
-  it('reads user data decoded, and undefined when it is missing or empty', () => {
-    expect(readUserData(secret({ userData: '#cloud-config\n' }))).to.equal('#cloud-config\n');
+  it('reads user data as its bytes, and undefined when it is missing or empty', () => {
+    expect(readUserData(secret({ userData: '#cloud-config\n' }))?.toString()).to.equal('#cloud-config\n');
     expect(readUserData(secret({}))).to.be.undefined;
     expect(readUserData(secret({ userData: '' }))).to.be.undefined;
+    const gz = gzipSync(Buffer.from('#cloud-config\n'.repeat(30)));
+    const s: Secret = {
+      apiVersion: 'v1',
+      kind: 'Secret',
+      metadata: {},
+      data: { userData: gz.toString('base64') },
+    };
+    expect(readUserData(s)?.equals(gz), 'gzipped user data, byte for byte').to.be.true;
   });
 
   it('fingerprints credentials per region without containing them', () => {

@@ -1,3 +1,5 @@
+import { gzipSync } from 'node:zlib';
+
 import { expect } from 'chai';
 
 import type {
@@ -180,6 +182,14 @@ describe('AWS provider: driver behaviour (fake EC2)', () => {
     expect(r.nodeName).to.equal(fake.instances[0]?.PrivateDnsName);
     expect(fake.runs).to.have.length(1);
     expect(regions).to.deep.equal(['eu-west-1']);
+  });
+
+  it('sends gzipped user data to RunInstances byte for byte', async () => {
+    const { fake, driver } = setup();
+    const gz = gzipSync(Buffer.from('#cloud-config\npackages: [curl]\n'.repeat(40)));
+    const gzSecret: Secret = { ...secret, data: { ...secret.data, userData: gz.toString('base64') } };
+    await driver.createMachine({ machine: machine('m1'), machineClass: cls(), secret: gzSecret });
+    expect(Buffer.from(fake.runs[0]?.UserData ?? '', 'base64').equals(gz)).to.be.true;
   });
 
   it("returns the machine's live instance instead of starting a second one", async () => {

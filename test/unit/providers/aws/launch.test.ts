@@ -15,7 +15,7 @@ const launch = (s: AwsProviderSpec, uid = 'uid-1') =>
     spec: s,
     machineName: 'pool-a-1',
     machineUID: uid,
-    userData: '#!/bin/sh\necho ok\n',
+    userData: Buffer.from('#!/bin/sh\necho ok\n'),
     rootDeviceName: '/dev/xvda',
   });
 
@@ -177,7 +177,7 @@ describe('AWS provider: the RunInstances request of a machine', () => {
         spec: spec(),
         machineName: 'm',
         machineUID: 'u',
-        userData: 'x',
+        userData: Buffer.from('x'),
         rootDeviceName: undefined,
       }),
     ).to.throw(/root device/);
