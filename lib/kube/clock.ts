@@ -80,6 +80,8 @@ interface FakeTimer {
  */
 export class FakeClock implements Clock {
   private current: number;
+  /** How far the wall clock was stepped away from the monotonic one (stepWall). */
+  private wallOffset = 0;
   private seq = 0;
   private timers: FakeTimer[] = [];
 
@@ -88,12 +90,25 @@ export class FakeClock implements Clock {
   }
 
   now(): number {
+    return this.current + this.wallOffset;
+  }
+
+  /** Moves with now() through advance() and stall(); stepWall() moves now() alone. */
+  monotonic(): number {
     return this.current;
   }
 
-  /** Moves with now() (advance() is the only way time passes here). */
-  monotonic(): number {
-    return this.current;
+  /** Steps the wall clock (NTP, an operator) by ms, forward or back; monotonic time does not move. */
+  stepWall(ms: number): void {
+    this.wallOffset += ms;
+  }
+
+  /**
+   * Time passes without any timer firing: a process frozen (SIGSTOP, a long GC pause) that has
+   * just resumed, before its overdue timers run. The next advance() fires them.
+   */
+  stall(ms: number): void {
+    this.current += ms;
   }
 
   setTimeout(fn: () => void, ms: number): TimerHandle {

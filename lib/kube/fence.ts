@@ -1,9 +1,17 @@
 // Fencing of writes by leadership. A leader's right to write is proved, not remembered: it holds
 // for the renew deadline after the start of the last successful Lease renewal, measured on a
 // monotonic clock. Other candidates take the Lease only after observing it unrenewed for the
-// (longer) lease duration, so a process that checks the fence before every write never writes
-// while another leader may. A process that was frozen (SIGSTOP, a long GC pause, a suspended VM)
-// or cut off finds the fence closed the moment it resumes, before any backlog is sent.
+// (longer) lease duration, measured on their own monotonic clocks, so a process that checks the
+// fence before every write never writes while another leader may.
+//
+// What that covers: a process that was stopped (SIGSTOP, a long GC pause, CPU starvation) or cut
+// off from the API server finds the fence closed the moment it resumes, before any backlog is
+// sent, because the monotonic clock (CLOCK_MONOTONIC, Node's performance.now()) kept counting. What
+// it does not cover: a whole machine suspended to memory or disk, or a VM whose guest clock the
+// hypervisor stopped while pausing it; CLOCK_MONOTONIC does not advance across a suspend, so such a
+// leader resumes believing little time has passed and keeps writing for up to the renew deadline
+// while another may lead. Kubernetes writes are still conditional (resourceVersion) there; cloud
+// writes are not. Do not run the manager on machines that suspend.
 
 import type { Clock, TimerHandle } from './clock.js';
 import { FencedError } from './errors.js';

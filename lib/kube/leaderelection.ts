@@ -59,10 +59,11 @@ const statusByRegistry = new WeakMap<Registry, Gauge<'name'>>();
 
 /**
  * Lease-based leader election with client-go's algorithm: a candidate takes the Lease when it is
- * free or its holder has not renewed it for leaseDuration (measured on the local clock from when
- * the record last changed, so clock skew between nodes does not matter); the leader renews every
- * retryPeriod and gives up when it could not renew for renewDeadline. Every write is conditional on
- * the Lease's resourceVersion.
+ * free or its holder has not renewed it for leaseDuration (measured on the local monotonic clock
+ * from when the record last changed, so neither clock skew between nodes nor a step of the local
+ * wall clock matters); the leader renews every retryPeriod and gives up when it could not renew for
+ * renewDeadline. Every duration is monotonic, as the leader's fence is; the wall clock only fills
+ * the Lease's time fields. Every write is conditional on the Lease's resourceVersion.
  */
 export class LeaderElector {
   readonly identity: string;
@@ -72,6 +73,7 @@ export class LeaderElector {
   private readonly retryPeriod: number;
   private readonly log: Logger;
   private readonly status: Gauge<'name'> | undefined;
+  /** The Lease as last read, and when (monotonic) its record was first seen in this form. */
   private observed: { record: string; at: number; lease: Lease } | undefined;
   private leading = false;
   private lastLeader = '';
@@ -216,7 +218,7 @@ export class LeaderElector {
     const holder = o?.lease.spec?.holderIdentity ?? '';
     if (o === undefined || holder === '') return undefined;
     const duration = (o.lease.spec?.leaseDurationSeconds ?? this.leaseDuration / 1000) * 1000;
-    return o.at + duration - this.clock.now();
+    return o.at + duration - this.clock.monotonic();
   }
 
   private observedHolder(): string {
@@ -227,7 +229,7 @@ export class LeaderElector {
     const spec = lease.spec ?? {};
     const record = JSON.stringify([spec.holderIdentity, spec.renewTime, spec.leaseDurationSeconds]);
     if (this.observed?.record !== record) {
-      this.observed = { record, at: this.clock.now(), lease };
+      this.observed = { record, at: this.clock.monotonic(), lease };
     } else {
       this.observed = { ...this.observed, lease };
     }
@@ -285,9 +287,9 @@ export class LeaderElector {
     const spec = current.spec ?? {};
     const holder = spec.holderIdentity ?? '';
     const heldByOther = holder !== '' && holder !== this.identity;
-    const observedAt = this.observed?.at ?? now;
     const duration = (spec.leaseDurationSeconds ?? leaseSeconds) * 1000;
-    if (heldByOther && observedAt + duration > now) return false;
+    const observedAt = this.observed?.at ?? this.clock.monotonic();
+    if (heldByOther && observedAt + duration > this.clock.monotonic()) return false;
 
     const next: Lease = structuredClone(current);
     const transitions = spec.leaseTransitions ?? 0;

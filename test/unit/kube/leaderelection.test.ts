@@ -166,6 +166,45 @@ describe('LeaderElector (fake API, fake clock)', () => {
     expect(fence.allowed()).to.equal(false);
   });
 
+  it('a standby measures the Lease on the monotonic clock: a wall-clock step forward does not let it take over while the fence is open', async () => {
+    const fence = new LeaseFence(clock);
+    const a = candidate('a', { fence, releaseOnCancel: false });
+    await clock.advance(1000);
+    expect(a.elector.isLeader()).to.equal(true);
+    const b = candidate('b');
+    await clock.advance(3000);
+    expect(b.elector.isLeader()).to.equal(false);
+    // The leader can no longer renew (its writes fail); the standby still reads the Lease. Then the
+    // wall clock steps an hour forward (NTP, an operator): no time has really passed.
+    api.react((action) =>
+      action.resource === 'leases.coordination.k8s.io' &&
+      action.verb === 'update' &&
+      JSON.stringify(action.body).includes('"holderIdentity":"a"')
+        ? new UnavailableError('down', 503, 'ServiceUnavailable')
+        : undefined,
+    );
+    const stalledAt = clock.monotonic();
+    // The standby reads the Lease's last record (one retry period, jittered), then the step comes.
+    await clock.advance(2500);
+    clock.stepWall(3_600_000);
+    let takenAt: number | undefined;
+    for (let t = 0; t < 30_000 && takenAt === undefined; t += 100) {
+      await clock.advance(100);
+      if (b.elector.isLeader()) {
+        takenAt = clock.monotonic();
+        expect(fence.allowed(), 'the old leader may still write').to.equal(false);
+      }
+    }
+    expect(takenAt, 'the standby took over in the end').to.not.equal(undefined);
+    // Not before the lease duration (15 s) after the last renewal it saw, which was at most one
+    // retry period (2 s, jittered up to 20 %) before the leader's writes began to fail.
+    expect((takenAt ?? 0) - stalledAt).to.be.at.least(15_000 - 2_400);
+    a.abort.abort();
+    b.abort.abort();
+    await clock.advance(5000);
+    await Promise.all([a.done, b.done]);
+  });
+
   it('records a LeaderElection event when it acquires the Lease', async () => {
     const recorder = new FakeEventRecorder();
     const a = candidate('a', { recorder });
