@@ -1,5 +1,6 @@
 import https from 'node:https';
 import http from 'node:http';
+import tls from 'node:tls';
 import { URL } from 'node:url';
 
 import type { KubeConfigSource } from './kubeconfig.js';
@@ -421,13 +422,6 @@ export class KubeClient implements KubeApi {
         if (streaming) req.setTimeout(0);
         resolve(res);
       });
-      if (fence !== undefined) {
-        // The socket comes a tick later: a process frozen in between must not send on resume.
-        req.once('socket', () => {
-          if (!fence.allowed())
-            req.destroy(new FencedError(`${what}: refused, the write fence closed`, 0, 'Fenced'));
-        });
-      }
       req.setTimeout(timeoutMs, () => {
         req.destroy(
           new TimeoutError(`${spec.method} ${spec.path}: client timeout after ${timeoutMs} ms`, 0, 'Timeout'),
@@ -459,8 +453,30 @@ export class KubeClient implements KubeApi {
           );
         }
       });
-      if (payload !== undefined) req.write(payload);
-      req.end();
+      const send = (): void => {
+        if (payload !== undefined) req.write(payload);
+        req.end();
+      };
+      if (fence === undefined) send();
+      else {
+        // Nothing is handed to the socket before the fence is checked where it is usable: the
+        // socket comes a tick later, and a new connection connects (and shakes hands, for TLS)
+        // later still; a body written before that would wait in the socket and go out once
+        // connected, after however long a freeze in between. So a write is checked when its
+        // socket is assigned and, on a new connection, again once connected, and only then sent.
+        const refuse = (): void => {
+          req.destroy(new FencedError(`${what}: refused, the write fence closed`, 0, 'Fenced'));
+        };
+        req.once('socket', (socket) => {
+          if (!fence.allowed()) refuse();
+          else if (!socket.connecting) send();
+          else
+            socket.once(socket instanceof tls.TLSSocket ? 'secureConnect' : 'connect', () => {
+              if (fence.allowed()) send();
+              else refuse();
+            });
+        });
+      }
     });
     return this.observeOutcome(
       response,

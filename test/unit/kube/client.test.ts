@@ -220,6 +220,34 @@ describe('KubeClient (against a stub HTTP server)', () => {
     ).to.deep.equal(['GET', 'PATCH']);
   });
 
+  it('checks the fence again once a new connection is connected: a freeze between socket and connect sends nothing', async () => {
+    const fence = new LeaseFence(clock);
+    client = new KubeClient({ kubeConfig: kubeConfig(server.port), clock, fence });
+    fence.grant(clock.monotonic(), 10_000);
+    // The process freezes after the socket was assigned and before its TCP connection is up (a GC
+    // pause, SIGSTOP): when it resumes, the fence's deadline has passed but its timer has not run.
+    // eslint-disable-next-line @typescript-eslint/unbound-method
+    const createConnection = http.Agent.prototype.createConnection;
+    http.Agent.prototype.createConnection = function (this: http.Agent, ...args) {
+      const socket = createConnection.apply(this, args);
+      socket?.prependOnceListener('connect', () => {
+        clock.stall(60_000);
+      });
+      return socket;
+    };
+    try {
+      const refused = await client
+        .patch(CoreResources.nodes, 'n1', { spec: {} }, { type: 'merge' })
+        .catch((e: unknown) => e);
+      expect(refused).to.be.instanceOf(FencedError);
+    } finally {
+      http.Agent.prototype.createConnection = createConnection;
+    }
+    // Give a request that did leave time to arrive.
+    await new Promise((r) => setTimeout(r, 100));
+    expect(server.seen, 'the write never reached the server').to.deep.equal([]);
+  });
+
   it('retries a 429 after the Retry-After delay the server asked for', async () => {
     client = new KubeClient({ kubeConfig: kubeConfig(server.port), clock });
     let calls = 0;
