@@ -4,6 +4,14 @@ import {
   MachineErrorCode,
   type MachineErrorCodeName,
 } from '../api/constants.js';
+import type { NodeAddress } from '../api/types.js';
+
+/** What a driver knows of a VM an error is about (see MachineError.vm). */
+export interface MachineErrorVm {
+  providerID: string;
+  nodeName: string;
+  addresses?: NodeAddress[];
+}
 
 /**
  * An error a driver returns: a machine error code and a message. Its string form is MCM's
@@ -12,12 +20,19 @@ import {
  */
 export class MachineError extends Error {
   override name = 'MachineError';
+  /**
+   * The VM the error is about, when the driver found one: an Uninitialized GetMachineStatus names
+   * it (as MCM's drivers return a response beside that error), so the machine controller can record
+   * the VM and initialise it even when the machine does not record it yet.
+   */
+  readonly vm: MachineErrorVm | undefined;
   constructor(
     readonly code: MachineErrorCodeName,
     readonly detail: string,
-    options?: { cause?: unknown },
+    options?: { cause?: unknown; vm?: MachineErrorVm },
   ) {
-    super(formatMachineError(code, detail), options);
+    super(formatMachineError(code, detail), options?.cause === undefined ? {} : { cause: options.cause });
+    this.vm = options?.vm;
   }
 
   get numericCode(): MachineErrorCode {

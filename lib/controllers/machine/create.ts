@@ -13,7 +13,12 @@ import {
   OperationDescriptionMarker,
 } from '../../api/constants.js';
 import type { Machine, NodeAddress } from '../../api/types.js';
-import { decodeMachineError, formatMachineError, type DecodedMachineError } from '../../driver/codes.js';
+import {
+  MachineError,
+  decodeMachineError,
+  formatMachineError,
+  type DecodedMachineError,
+} from '../../driver/codes.js';
 import type { Driver, MachineRequest } from '../../driver/driver.js';
 import { RetryPeriod, createRetryClass, retryDelay } from '../../driver/retry.js';
 import type { ReconcileResult } from '../../kube/controller.js';
@@ -176,9 +181,24 @@ export async function runCreationFlow(
       log.warn('GetMachineStatus failed with an error that is not a machine error', { err });
       return { requeueAfter: RetryPeriod.Medium };
     }
-    if (e.code === 'NotFound' || e.code === 'Unimplemented') create = providerID === '';
-    else if (e.code === 'Uninitialized') needsInit = true;
-    else return createFailed(d, m, e);
+    if (e.code === 'NotFound' || e.code === 'Unimplemented') {
+      create = providerID === '';
+      // A VM recorded on a machine whose creation has not completed (this flow runs for it) and
+      // that its cloud does not show yet: a cloud that is only eventually consistent (EC2) does
+      // not list a new instance at once. Its initialisation is not skipped: it is done (or
+      // retried) now, and the VM's absence, if real, fails the machine by the creation timeout.
+      if (!create && e.code === 'NotFound') needsInit = true;
+    } else if (e.code === 'Uninitialized') {
+      needsInit = true;
+      // The driver names the VM it found (the machine may not record it yet: its identity patch
+      // after CreateMachine may have failed).
+      const vm = err instanceof MachineError ? err.vm : undefined;
+      if (vm !== undefined && vm.providerID !== '') {
+        providerID = vm.providerID;
+        if (vm.nodeName !== '') nodeName = vm.nodeName;
+        addresses = vm.addresses ?? addresses;
+      }
+    } else return createFailed(d, m, e);
   }
 
   if (create) {

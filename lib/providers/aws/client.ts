@@ -1,6 +1,11 @@
 // The EC2 calls the driver makes, behind a small interface (tests pass a fake), and the real
 // client on @aws-sdk/client-ec2: one per region and credentials, reused across calls.
 //
+// Every EC2 write is fenced per attempt: a middleware at the last step before a request is handed
+// to the HTTP handler checks the leader fence, so a write that follows an awaited read, or an SDK
+// retry after a pause, never leaves a process that lost the Lease (the fence's abort signal alone
+// would not do: it is set by a timer, which a stalled process runs only after the read's answer).
+//
 // The endpoint is the SDK's own business: AWS_ENDPOINT_URL_EC2 or AWS_ENDPOINT_URL (or the shared
 // config file's endpoint_url) point it at a VPC endpoint, a proxy or an emulator. Throttling and
 // transient errors are retried by the SDK with backoff (adaptive mode also slows the client down
@@ -8,12 +13,14 @@
 // retried by the driver, which must know whether a failed attempt started an instance.
 
 import type {
+  AssignIpv6AddressesCommandInput,
   DescribeImagesCommandInput,
   DescribeImagesCommandOutput,
   DescribeInstancesCommandInput,
   DescribeInstancesCommandOutput,
   EC2Client,
   ModifyInstanceAttributeCommandInput,
+  ModifyNetworkInterfaceAttributeCommandInput,
   RunInstancesCommandInput,
   RunInstancesCommandOutput,
   TerminateInstancesCommandInput,
@@ -22,6 +29,7 @@ import type {
 import type * as Ec2Module from '@aws-sdk/client-ec2';
 import type * as WebIdentityModule from '@aws-sdk/credential-provider-web-identity';
 
+import type { WriteFence } from '../../kube/fence.js';
 import type { AwsCredentials } from './credentials.js';
 
 export interface Ec2Api {
@@ -40,10 +48,24 @@ export interface Ec2Api {
     signal?: AbortSignal,
   ): Promise<TerminateInstancesCommandOutput>;
   modifyInstanceAttribute(input: ModifyInstanceAttributeCommandInput, signal?: AbortSignal): Promise<void>;
+  modifyNetworkInterfaceAttribute(
+    input: ModifyNetworkInterfaceAttributeCommandInput,
+    signal?: AbortSignal,
+  ): Promise<void>;
+  assignIpv6Addresses(input: AssignIpv6AddressesCommandInput, signal?: AbortSignal): Promise<void>;
   destroy(): void;
 }
 
-export type Ec2ApiFactory = (region: string, credentials: AwsCredentials) => Ec2Api;
+/**
+ * Creates the EC2 client of a region and credentials. `fence`, when given, is checked before every
+ * attempt of every call that changes something (anything but Describe*, Get*, List*).
+ */
+export type Ec2ApiFactory = (region: string, credentials: AwsCredentials, fence?: WriteFence) => Ec2Api;
+
+/** Whether an EC2 action only reads (the rest are writes, fenced). */
+export function isReadAction(action: string): boolean {
+  return /^(Describe|Get|List)/.test(action);
+}
 
 /** Attempts per call, the first included (the SDK's default is 3). */
 const MAX_ATTEMPTS = 5;
@@ -79,10 +101,18 @@ interface SdkClients {
   launcher: EC2Client;
 }
 
+/** Options of the SDK clients (tests pass a request handler that answers in memory). */
+export interface SdkEc2Options {
+  /** Replaces the SDK's HTTP handler (an object with `handle(request)`, as the SDK's own). */
+  requestHandler?: unknown;
+}
+
 function sdkClients(
   [sdk, webIdentity]: [Ec2Sdk, WebIdentity],
   region: string,
   credentials: AwsCredentials,
+  fence: WriteFence | undefined,
+  opts: SdkEc2Options,
 ): SdkClients {
   const config = {
     region,
@@ -94,69 +124,100 @@ function sdkClients(
             roleArn: credentials.roleARN,
             roleSessionName: 'machine-controller-manager',
           }),
-    requestHandler: { requestTimeout: REQUEST_TIMEOUT_MS, connectionTimeout: CONNECTION_TIMEOUT_MS },
+    requestHandler: (opts.requestHandler ?? {
+      requestTimeout: REQUEST_TIMEOUT_MS,
+      connectionTimeout: CONNECTION_TIMEOUT_MS,
+    }) as { requestTimeout: number },
   };
-  return {
+  const clients = {
     sdk,
     client: new sdk.EC2Client({ ...config, maxAttempts: MAX_ATTEMPTS, retryMode: 'adaptive' }),
     // RunInstances is not retried by the SDK: after a timeout or a lost answer the driver first
     // looks for the instance the attempt may have started (see AwsDriver.launch).
     launcher: new sdk.EC2Client({ ...config, maxAttempts: 1 }),
   };
+  if (fence !== undefined) {
+    for (const c of [clients.client, clients.launcher]) {
+      // The innermost middleware (deserialize step, low priority): it runs once per attempt,
+      // after signing, right before the request is handed to the HTTP handler.
+      c.middlewareStack.add(
+        (next, context) => (args) => {
+          const action = context.commandName?.replace(/Command$/, '') ?? '';
+          if (!isReadAction(action)) fence.check(`EC2 ${action}`);
+          return next(args);
+        },
+        { step: 'deserialize', priority: 'low', name: 'leaderFenceMiddleware' },
+      );
+    }
+  }
+  return clients;
 }
 
 /** The real EC2 client for a region and credentials; the SDK is loaded by its first call. */
-export const sdkEc2Api: Ec2ApiFactory = (region, credentials) => {
-  let clients: Promise<SdkClients> | undefined;
-  let destroyed = false;
-  const get = (): Promise<SdkClients> => {
-    clients ??= loadSdk()
-      .then((modules) => {
-        const made = sdkClients(modules, region, credentials);
-        if (destroyed) {
-          made.client.destroy();
-          made.launcher.destroy();
-        }
-        return made;
-      })
-      .catch((err: unknown) => {
-        clients = undefined;
-        throw err;
-      });
-    return clients;
+export function sdkEc2ApiWith(opts: SdkEc2Options = {}): Ec2ApiFactory {
+  return (region, credentials, fence) => {
+    let clients: Promise<SdkClients> | undefined;
+    let destroyed = false;
+    const get = (): Promise<SdkClients> => {
+      clients ??= loadSdk()
+        .then((modules) => {
+          const made = sdkClients(modules, region, credentials, fence, opts);
+          if (destroyed) {
+            made.client.destroy();
+            made.launcher.destroy();
+          }
+          return made;
+        })
+        .catch((err: unknown) => {
+          clients = undefined;
+          throw err;
+        });
+      return clients;
+    };
+    const send = (signal?: AbortSignal): { abortSignal?: AbortSignal } =>
+      signal === undefined ? {} : { abortSignal: signal };
+    return {
+      runInstances: async (input, signal) => {
+        const { sdk, launcher } = await get();
+        return launcher.send(new sdk.RunInstancesCommand(input), send(signal));
+      },
+      describeInstances: async (input, signal) => {
+        const { sdk, client } = await get();
+        return client.send(new sdk.DescribeInstancesCommand(input), send(signal));
+      },
+      describeImages: async (input, signal) => {
+        const { sdk, client } = await get();
+        return client.send(new sdk.DescribeImagesCommand(input), send(signal));
+      },
+      terminateInstances: async (input, signal) => {
+        const { sdk, client } = await get();
+        return client.send(new sdk.TerminateInstancesCommand(input), send(signal));
+      },
+      modifyInstanceAttribute: async (input, signal) => {
+        const { sdk, client } = await get();
+        await client.send(new sdk.ModifyInstanceAttributeCommand(input), send(signal));
+      },
+      modifyNetworkInterfaceAttribute: async (input, signal) => {
+        const { sdk, client } = await get();
+        await client.send(new sdk.ModifyNetworkInterfaceAttributeCommand(input), send(signal));
+      },
+      assignIpv6Addresses: async (input, signal) => {
+        const { sdk, client } = await get();
+        await client.send(new sdk.AssignIpv6AddressesCommand(input), send(signal));
+      },
+      destroy: () => {
+        destroyed = true;
+        void clients?.then(
+          (c) => {
+            c.client.destroy();
+            c.launcher.destroy();
+          },
+          () => undefined,
+        );
+      },
+    };
   };
-  const opts = (signal?: AbortSignal): { abortSignal?: AbortSignal } =>
-    signal === undefined ? {} : { abortSignal: signal };
-  return {
-    runInstances: async (input, signal) => {
-      const { sdk, launcher } = await get();
-      return launcher.send(new sdk.RunInstancesCommand(input), opts(signal));
-    },
-    describeInstances: async (input, signal) => {
-      const { sdk, client } = await get();
-      return client.send(new sdk.DescribeInstancesCommand(input), opts(signal));
-    },
-    describeImages: async (input, signal) => {
-      const { sdk, client } = await get();
-      return client.send(new sdk.DescribeImagesCommand(input), opts(signal));
-    },
-    terminateInstances: async (input, signal) => {
-      const { sdk, client } = await get();
-      return client.send(new sdk.TerminateInstancesCommand(input), opts(signal));
-    },
-    modifyInstanceAttribute: async (input, signal) => {
-      const { sdk, client } = await get();
-      await client.send(new sdk.ModifyInstanceAttributeCommand(input), opts(signal));
-    },
-    destroy: () => {
-      destroyed = true;
-      void clients?.then(
-        (c) => {
-          c.client.destroy();
-          c.launcher.destroy();
-        },
-        () => undefined,
-      );
-    },
-  };
-};
+}
+
+/** The real EC2 client of a region and credentials, over the SDK's own HTTP handler. */
+export const sdkEc2Api: Ec2ApiFactory = sdkEc2ApiWith();

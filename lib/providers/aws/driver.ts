@@ -4,10 +4,15 @@
 
 import { createHash } from 'node:crypto';
 
-import type { Filter, Instance, RunInstancesCommandInput } from '@aws-sdk/client-ec2';
+import type {
+  Filter,
+  Instance,
+  InstanceNetworkInterface,
+  RunInstancesCommandInput,
+} from '@aws-sdk/client-ec2';
 
 import type { NodeAddress } from '../../api/types.js';
-import { MachineError } from '../../driver/codes.js';
+import { MachineError, type MachineErrorVm } from '../../driver/codes.js';
 import type {
   CreateMachineRequest,
   CreateMachineResponse,
@@ -24,6 +29,8 @@ import type {
   ListMachinesResponse,
   MachineRequest,
 } from '../../driver/driver.js';
+import { FencedError } from '../../kube/errors.js';
+import type { WriteFence } from '../../kube/fence.js';
 import type { Secret } from '../../kube/types.js';
 import type { Logger } from '../../observability/logger.js';
 import { sdkEc2Api, type Ec2Api, type Ec2ApiFactory } from './client.js';
@@ -35,7 +42,7 @@ import {
   secretValues,
 } from './credentials.js';
 import { awsErrorInfo, INSTANCE_NOT_FOUND_CODES, launchFailure, toMachineError } from './errors.js';
-import { NAME_TAG, needsRootDeviceName, runInstancesInput } from './launch.js';
+import { AWS_PLACEMENT_ANNOTATION, NAME_TAG, needsRootDeviceName, runInstancesInput } from './launch.js';
 import { InstanceLookup } from './lookup.js';
 import { parseAwsProviderSpec, type AwsProviderSpec } from './spec.js';
 
@@ -57,6 +64,22 @@ const LAUNCH_ATTEMPTS = 5;
  * this window only another process could have started one, and the leader fence rules that out.
  */
 const FRESH_ABSENCE_MS = 2_000;
+/**
+ * How long CreateMachine waits for a started instance to show in DescribeInstances (EC2 is
+ * eventually consistent: a new instance may be missing from it for seconds), polling with backoff
+ * through the coalesced lookups. After that it answers anyway; the machine records the instance
+ * and its initialisation is retried until it shows.
+ */
+const VISIBILITY_WAIT_MS = 60_000;
+/** The longest pause between two visibility lookups, and the most lookups. */
+const VISIBILITY_MAX_PAUSE_MS = 5_000;
+const VISIBILITY_MAX_LOOKUPS = 20;
+/** How long an instance CreateMachine saw stands in for InitializeMachine's lookup right after. */
+const FRESH_SIGHTING_MS = 10_000;
+/** An EC2 client not used for this long is closed (e.g. after its credentials were rotated). */
+const CLIENT_IDLE_MS = 30 * 60_000;
+/** Network interfaces whose source/destination check cannot be changed (gardener skips them). */
+const EFA_INTERFACE_TYPES: ReadonlySet<string> = new Set(['efa', 'efa-only']);
 
 function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   return new Promise((resolve, reject) => {
@@ -147,6 +170,53 @@ async function describeAll(
   return out;
 }
 
+/**
+ * The interfaces of an instance whose source/destination check can be changed (EFA ones cannot),
+ * undefined when the answer lists no interfaces.
+ */
+function checkableInterfaces(i: Instance): InstanceNetworkInterface[] | undefined {
+  const all = i.NetworkInterfaces ?? [];
+  if (all.length === 0) return undefined;
+  return all.filter((ni) => !EFA_INTERFACE_TYPES.has(ni.InterfaceType ?? ''));
+}
+
+/**
+ * The instance's interfaces that have fewer IPv6 prefixes than their entry in the class asks for
+ * (`ipv6PrefixCount`, matched by the attachment's device index, as gardener does), with how many
+ * are missing.
+ */
+function missingIpv6Prefixes(
+  spec: AwsProviderSpec,
+  i: Instance,
+): { ni: InstanceNetworkInterface; missing: number }[] {
+  const out: { ni: InstanceNetworkInterface; missing: number }[] = [];
+  for (const ni of i.NetworkInterfaces ?? []) {
+    const index = ni.Attachment?.DeviceIndex;
+    if (index === undefined) continue;
+    const want = spec.networkInterfaces[index]?.ipv6PrefixCount;
+    const have = ni.Ipv6Prefixes?.length ?? 0;
+    if (want !== undefined && have < want) out.push({ ni, missing: want - have });
+  }
+  return out;
+}
+
+/** What initialisation is still to do on an instance, as a phrase; undefined when none. */
+function uninitialized(spec: AwsProviderSpec, i: Instance): string | undefined {
+  if (spec.srcAndDstChecksEnabled === false) {
+    const interfaces = checkableInterfaces(i);
+    const on =
+      interfaces === undefined
+        ? i.SourceDestCheck === true
+        : interfaces.some((ni) => ni.SourceDestCheck === true);
+    if (on) return 'still has its source/destination check enabled (srcAndDstChecksEnabled: false)';
+  }
+  const missing = missingIpv6Prefixes(spec, i)[0];
+  if (missing !== undefined) {
+    return `has ${missing.missing} IPv6 prefixes fewer than ipv6PrefixCount on network interface ${missing.ni.NetworkInterfaceId ?? ''}`;
+  }
+  return undefined;
+}
+
 interface Prepared {
   api: Ec2Api;
   /** The client's coalesced lookups by id and by Name tag. */
@@ -162,16 +232,28 @@ export interface AwsDriverOptions {
   ec2?: Ec2ApiFactory;
   /** The first pause between RunInstances attempts, doubled each time (default 500 ms). */
   launchBackoffMs?: number;
+  /** The first pause between visibility lookups after a launch, doubled each time (default 500 ms). */
+  visibilityBackoffMs?: number;
   /** Wall clock in ms (tests pass a fake). */
   now?: () => number;
+  /**
+   * The leader fence: every EC2 write is checked against it right before each attempt is sent
+   * (undefined without leader election).
+   */
+  fence?: WriteFence | undefined;
 }
 
 export class AwsDriver implements Driver {
-  private readonly clients = new Map<string, { api: Ec2Api; lookup: InstanceLookup }>();
+  private readonly clients = new Map<string, { api: Ec2Api; lookup: InstanceLookup; usedAt: number }>();
+  private lastSweep = 0;
   private readonly ec2: Ec2ApiFactory;
   private readonly log: Logger;
   private readonly backoffMs: number;
+  private readonly visibilityBackoffMs: number;
   private readonly now: () => number;
+  private readonly fence: WriteFence | undefined;
+  /** Instances CreateMachine just saw, by machine UID (see FRESH_SIGHTING_MS). */
+  private readonly seen = new Map<string, { instance: Instance; at: number }>();
   /**
    * Root device names by `<region>/<ami>` (an image's never changes): one DescribeImages per AMI,
    * shared by the creates that need it while it is under way; a failed one is not kept.
@@ -184,7 +266,27 @@ export class AwsDriver implements Driver {
     this.ec2 = opts.ec2 ?? sdkEc2Api;
     this.log = opts.logger;
     this.backoffMs = opts.launchBackoffMs ?? 500;
+    this.visibilityBackoffMs = opts.visibilityBackoffMs ?? 500;
     this.now = opts.now ?? Date.now;
+    this.fence = opts.fence;
+  }
+
+  private rememberSeen(uid: string | undefined, instance: Instance): void {
+    if (uid === undefined || uid === '') return;
+    const now = this.now();
+    if (this.seen.size > 1000) {
+      for (const [k, e] of this.seen) if (now - e.at > FRESH_SIGHTING_MS) this.seen.delete(k);
+    }
+    this.seen.set(uid, { instance, at: now });
+  }
+
+  /** The instance CreateMachine saw for this machine a moment ago, if it is that id (consumed once). */
+  private freshlySeen(uid: string | undefined, instanceId: string): Instance | undefined {
+    if (uid === undefined) return undefined;
+    const e = this.seen.get(uid);
+    this.seen.delete(uid);
+    if (e === undefined || this.now() - e.at > FRESH_SIGHTING_MS) return undefined;
+    return e.instance.InstanceId === instanceId ? e.instance : undefined;
   }
 
   private rememberAbsent(uid: string | undefined): void {
@@ -230,13 +332,39 @@ export class AwsDriver implements Driver {
       );
     }
     const key = credentialsFingerprint(region, creds.credentials);
+    const now = this.now();
+    this.closeIdleClients(now);
     let c = this.clients.get(key);
     if (c === undefined) {
-      const api = this.ec2(region, creds.credentials);
-      c = { api, lookup: new InstanceLookup((Filters, signal) => describeAll(api, { Filters }, signal)) };
+      const api = this.ec2(region, creds.credentials, this.fence);
+      c = {
+        api,
+        lookup: new InstanceLookup((Filters, signal) => describeAll(api, { Filters }, signal)),
+        usedAt: now,
+      };
       this.clients.set(key, c);
     }
+    c.usedAt = now;
     return { api: c.api, lookup: c.lookup, region, secrets: secretValues(secret) };
+  }
+
+  /**
+   * Closes the clients no call used for CLIENT_IDLE_MS: those of rotated credentials (the key is
+   * the credentials' fingerprint) or of classes that are gone. Looked at once a minute at most.
+   */
+  private closeIdleClients(now: number): void {
+    if (now - this.lastSweep < 60_000) return;
+    this.lastSweep = now;
+    for (const [key, c] of this.clients) {
+      if (now - c.usedAt < CLIENT_IDLE_MS) continue;
+      c.api.destroy();
+      this.clients.delete(key);
+    }
+  }
+
+  /** How many EC2 clients are open (tests). */
+  openClients(): number {
+    return this.clients.size;
   }
 
   private async call<T>(p: Prepared, operation: string, fn: () => Promise<T>): Promise<T> {
@@ -261,7 +389,7 @@ export class AwsDriver implements Driver {
     signal?: AbortSignal,
   ): Promise<Instance[]> {
     const found = await this.call(p, 'DescribeInstances', () =>
-      p.lookup.byName(NAME_TAG, machineName, spec.clusterTag, LIVE_STATES, signal),
+      p.lookup.byName(NAME_TAG, machineName, [spec.clusterTag, spec.roleTag], LIVE_STATES, signal),
     );
     return found.filter((i) => !isGone(i)).sort(byLaunchTime);
   }
@@ -278,7 +406,7 @@ export class AwsDriver implements Driver {
     return (await this.byName(p, spec, req.machine.metadata.name ?? '', signal))[0];
   }
 
-  private response(region: string, i: Instance): GetMachineStatusResponse {
+  private response(region: string, i: Instance): GetMachineStatusResponse & MachineErrorVm {
     return {
       providerID: providerIDOf(region, i.InstanceId ?? ''),
       nodeName: i.PrivateDnsName ?? '',
@@ -308,6 +436,14 @@ export class AwsDriver implements Driver {
         `invalid Secret of MachineClass ${className}: ${USER_DATA_PROBLEM}`,
       );
     }
+    if (spec.blockDevices.length === 0) {
+      // gardener's provider refuses such a class when it creates (not when it validates); so do we,
+      // so that a class behaves the same under both.
+      throw new MachineError(
+        'InvalidArgument',
+        `invalid providerSpec of MachineClass ${className}: providerSpec.blockDevices: Required value: at least one block device (the root disk)`,
+      );
+    }
     const name = req.machine.metadata.name ?? '';
     // A retry after a lost answer or a crash finds the instance the first attempt started.
     const existing = this.freshlyAbsent(req.machine.metadata.uid)
@@ -317,7 +453,7 @@ export class AwsDriver implements Driver {
     if (first !== undefined) {
       if (existing.length > 1) {
         this.log.warn(
-          'machine has more than one instance; keeping the oldest (orphan collection removes the others)',
+          'machine has more than one instance; keeping the oldest (the others stay until the machine is deleted, then the orphan collection deletes them)',
           {
             machine: name,
             instances: existing.map((i) => i.InstanceId ?? ''),
@@ -351,16 +487,53 @@ export class AwsDriver implements Driver {
         machineUID: req.machine.metadata.uid ?? name,
         userData,
         rootDeviceName,
+        placementAnnotation:
+          req.machine.spec?.nodeTemplate?.metadata?.annotations?.[AWS_PLACEMENT_ANNOTATION],
       });
     } catch (err) {
       throw new MachineError(
         'InvalidArgument',
-        `image ${spec.ami}: ${err instanceof Error ? err.message : String(err)}`,
+        `machine ${name} (image ${spec.ami}): ${err instanceof Error ? err.message : String(err)}`,
       );
     }
-    const instance = await this.launch(p, spec, name, input, signal);
-    this.log.verbose('started EC2 instance', { machine: name, instance: instance.InstanceId });
+    const started = await this.launch(p, spec, name, input, signal);
+    this.log.verbose('started EC2 instance', { machine: name, instance: started.InstanceId });
+    const instance = await this.visible(p, started.InstanceId ?? '', signal);
+    if (instance === undefined) {
+      this.log.warn(
+        'a started EC2 instance is not visible to DescribeInstances yet; answering with it anyway',
+        {
+          machine: name,
+          instance: started.InstanceId,
+          waitedMs: VISIBILITY_WAIT_MS,
+        },
+      );
+      return this.response(spec.region, started);
+    }
+    this.rememberSeen(req.machine.metadata.uid, instance);
     return this.response(spec.region, instance);
+  }
+
+  /**
+   * Waits for a started instance to show in DescribeInstances (by id, through the coalesced
+   * lookups), as gardener's provider does: a call right after RunInstances may not find it yet.
+   * Undefined when it did not show within VISIBILITY_WAIT_MS.
+   */
+  private async visible(
+    p: Prepared,
+    instanceId: string,
+    signal?: AbortSignal,
+  ): Promise<Instance | undefined> {
+    let waited = 0;
+    for (let attempt = 0; attempt < VISIBILITY_MAX_LOOKUPS; attempt++) {
+      const i = await this.call(p, 'DescribeInstances', () => p.lookup.byId(instanceId, signal));
+      if (i !== undefined) return i;
+      const pause = Math.min(this.visibilityBackoffMs * 2 ** attempt, VISIBILITY_MAX_PAUSE_MS);
+      if (waited + pause > VISIBILITY_WAIT_MS) break;
+      await sleep(pause, signal);
+      waited += pause;
+    }
+    return undefined;
   }
 
   /** The root device name of an image (DescribeImages). */
@@ -434,13 +607,13 @@ export class AwsDriver implements Driver {
         this.rememberAbsent(req.machine.metadata.uid);
       throw this.notFound(req);
     }
-    if (spec.srcAndDstChecksEnabled === false && i.SourceDestCheck === true) {
-      throw new MachineError(
-        'Uninitialized',
-        `instance ${i.InstanceId ?? ''} still has its source/destination check enabled`,
-      );
+    const response = this.response(region, i);
+    const pending = uninitialized(spec, i);
+    if (pending !== undefined) {
+      // The VM goes with the error: the machine may not record it yet (see MachineError.vm).
+      throw new MachineError('Uninitialized', `instance ${i.InstanceId ?? ''} ${pending}`, { vm: response });
     }
-    return this.response(region, i);
+    return response;
   }
 
   async initializeMachine(
@@ -450,19 +623,65 @@ export class AwsDriver implements Driver {
     const spec = this.spec(req);
     const region = this.regionOf(req, spec);
     const p = this.client(region, req.secret, req.machineClass.metadata.name ?? '');
-    const i = await this.instanceOf(p, spec, req, signal);
-    if (i?.InstanceId === undefined) throw this.notFound(req);
-    if (spec.srcAndDstChecksEnabled === false && i.SourceDestCheck !== false) {
-      const instanceId = i.InstanceId;
+    const id = parseProviderID(req.machine.spec?.providerID ?? '');
+    const i =
+      (id === undefined ? undefined : this.freshlySeen(req.machine.metadata.uid, id.instanceId)) ??
+      (await this.instanceOf(p, spec, req, signal));
+    if (i?.InstanceId === undefined) {
+      // Just started and not visible yet (EC2 is eventually consistent), or gone: either way it is
+      // not initialised, and the machine controller retries (gardener answers the same).
+      throw new MachineError(
+        'Uninitialized',
+        `no EC2 instance of machine ${req.machine.metadata.name ?? ''} is visible to DescribeInstances yet`,
+      );
+    }
+    const instanceId = i.InstanceId;
+    const failures: string[] = [];
+    const attempt = async (what: string, write: () => Promise<void>): Promise<void> => {
       try {
-        await p.api.modifyInstanceAttribute(
-          { InstanceId: instanceId, SourceDestCheck: { Value: false } },
-          signal,
-        );
+        await write();
       } catch (err) {
-        const e = toMachineError(err, 'ModifyInstanceAttribute', p.secrets);
-        throw new MachineError('Uninitialized', `disabling the source/destination check failed: ${e.detail}`);
+        if (err instanceof FencedError) throw toMachineError(err, what, p.secrets);
+        failures.push(toMachineError(err, what, p.secrets).detail);
       }
+    };
+    if (spec.srcAndDstChecksEnabled === false) {
+      const interfaces = checkableInterfaces(i);
+      if (interfaces === undefined) {
+        // No interface list in the answer: the instance-level attribute (one interface).
+        if (i.SourceDestCheck !== false) {
+          await attempt('ModifyInstanceAttribute', () =>
+            p.api.modifyInstanceAttribute(
+              { InstanceId: instanceId, SourceDestCheck: { Value: false } },
+              signal,
+            ),
+          );
+        }
+      } else {
+        // Per interface: EC2 refuses the instance-level attribute on an instance with several.
+        for (const ni of interfaces) {
+          if (ni.SourceDestCheck === false || ni.NetworkInterfaceId === undefined) continue;
+          const eni = ni.NetworkInterfaceId;
+          await attempt('ModifyNetworkInterfaceAttribute', () =>
+            p.api.modifyNetworkInterfaceAttribute(
+              { NetworkInterfaceId: eni, SourceDestCheck: { Value: false } },
+              signal,
+            ),
+          );
+        }
+      }
+    }
+    for (const { ni, missing } of missingIpv6Prefixes(spec, i)) {
+      const eni = ni.NetworkInterfaceId ?? '';
+      await attempt('AssignIpv6Addresses', () =>
+        p.api.assignIpv6Addresses({ NetworkInterfaceId: eni, Ipv6PrefixCount: missing }, signal),
+      );
+    }
+    if (failures.length > 0) {
+      throw new MachineError(
+        'Uninitialized',
+        `initialising instance ${instanceId} failed: ${failures.join('; ')}`,
+      );
     }
     return this.response(region, i);
   }
@@ -496,6 +715,7 @@ export class AwsDriver implements Driver {
       if (states.length > 0 && states.every((s) => GONE_STATES.has(s))) throw this.notFound(req);
     } catch (err) {
       if (err instanceof MachineError) throw err;
+      if (err instanceof FencedError) throw toMachineError(err, 'TerminateInstances', p.secrets);
       if (INSTANCE_NOT_FOUND_CODES.has(awsErrorInfo(err).code)) throw this.notFound(req);
       // Terminating an instance that is already gone may fail on one of its parts (seen with a
       // network interface deleted with it): an instance that is gone is what was asked for.

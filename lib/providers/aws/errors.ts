@@ -5,6 +5,7 @@
 
 import type { MachineErrorCodeName } from '../../api/constants.js';
 import { MachineError } from '../../driver/codes.js';
+import { FencedError } from '../../kube/errors.js';
 
 /** gardener's list: EC2 cannot place the instance now; another group or later may succeed. */
 export const CAPACITY_ERROR_CODES: ReadonlySet<string> = new Set([
@@ -143,6 +144,12 @@ export function toMachineError(
   secrets: readonly string[] = [],
 ): MachineError {
   if (err instanceof MachineError) return err;
+  if (err instanceof FencedError) {
+    return new MachineError(
+      'Unavailable',
+      `AWS ${operation} refused: this process no longer holds the leader Lease (${err.message})`,
+    );
+  }
   const info = awsErrorInfo(err);
   const code = machineCodeOf(info);
   // SignatureDoesNotMatch echoes the canonical request it could not verify; the SDK error itself
@@ -160,6 +167,8 @@ export function toMachineError(
  * (the instance may have been started: look before trying again), `fail` otherwise.
  */
 export function launchFailure(err: unknown): 'retry' | 'unknown' | 'fail' {
+  // The leader fence refused the attempt before it was sent: nothing was started, nothing may be.
+  if (err instanceof FencedError) return 'fail';
   const info = awsErrorInfo(err);
   if (info.code === 'AbortError') return 'fail';
   if (THROTTLING_ERROR_CODES.has(info.code)) return 'retry';

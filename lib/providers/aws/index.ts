@@ -13,6 +13,7 @@ export function awsProvider(opts: { ec2?: Ec2ApiFactory } = {}): ProviderFactory
   return (ctx) => {
     const driver = new AwsDriver({
       logger: ctx.logger.child({ provider: 'AWS' }),
+      fence: ctx.fence,
       ...(opts.ec2 === undefined ? {} : { ec2: opts.ec2 }),
     });
     return {

@@ -6,6 +6,7 @@ import { createHash } from 'node:crypto';
 import type {
   BlockDeviceMapping,
   InstanceNetworkInterfaceSpecification,
+  Placement,
   RunInstancesCommandInput,
   Tag,
   TagSpecification,
@@ -16,6 +17,11 @@ import { ROOT_DEVICE_NAME, type AwsBlockDevice, type AwsProviderSpec } from './s
 
 /** The tag that names an instance's machine (gardener's, and the EC2 console's, name tag). */
 export const NAME_TAG = 'Name';
+/**
+ * gardener's node-template annotation with an EC2 Placement as JSON, used when the class sets no
+ * `placement` (e.g. `{"availabilityZone":"eu-west-1a","groupName":"pg"}`).
+ */
+export const AWS_PLACEMENT_ANNOTATION = 'machine.sapcloud.io/awsPlacement';
 
 export interface LaunchRequest {
   spec: AwsProviderSpec;
@@ -26,6 +32,8 @@ export interface LaunchRequest {
   userData: Buffer;
   /** The AMI's root device name; needed only when the class lists block devices. */
   rootDeviceName?: string | undefined;
+  /** The machine's node-template annotation AWS_PLACEMENT_ANNOTATION, if any. */
+  placementAnnotation?: string | undefined;
 }
 
 /** Whether the request needs the AMI's root device name (a `/root` device, or a single device). */
@@ -52,7 +60,7 @@ function blockDeviceMapping(
   let DeviceName = device.deviceName ?? '';
   if (isRoot) {
     if (rootDeviceName === undefined || rootDeviceName === '') {
-      throw new Error('the AMI has no root device name, so the root block device cannot be mapped');
+      throw new Error('the image has no root device name, so the root block device cannot be mapped');
     }
     DeviceName = rootDeviceName;
   }
@@ -71,7 +79,10 @@ function blockDeviceMapping(
       DeleteOnTermination: ebs.deleteOnTermination ?? true,
       ...(ebs.iops !== undefined && ebs.iops > 0 ? { Iops: ebs.iops } : {}),
       ...(ebs.throughput === undefined ? {} : { Throughput: ebs.throughput }),
-      ...(ebs.kmsKeyID === undefined || ebs.kmsKeyID === '' ? {} : { KmsKeyId: ebs.kmsKeyID }),
+      // EC2 refuses a KMS key for a volume that is not encrypted; gardener never sends one.
+      ...(ebs.encrypted !== true || ebs.kmsKeyID === undefined || ebs.kmsKeyID === ''
+        ? {}
+        : { KmsKeyId: ebs.kmsKeyID }),
       ...(ebs.snapshotID === undefined || ebs.snapshotID === '' ? {} : { SnapshotId: ebs.snapshotID }),
     },
   };
@@ -91,12 +102,59 @@ function networkInterface(
   if (ni.description !== undefined) out.Description = ni.description;
   if (ni.networkCardIndex !== undefined) out.NetworkCardIndex = ni.networkCardIndex;
   if (ni.interfaceType !== undefined) out.InterfaceType = ni.interfaceType;
-  if (ni.ipv6PrefixCount !== undefined) out.Ipv6PrefixCount = ni.ipv6PrefixCount;
   if (ni.ipv6AddressCount !== undefined) {
     out.Ipv6AddressCount = ni.ipv6AddressCount;
     out.PrimaryIpv6 = ni.primaryIpv6 ?? true;
   }
   return out;
+}
+
+const PLACEMENT_STRINGS = [
+  'AvailabilityZone',
+  'AvailabilityZoneId',
+  'Affinity',
+  'GroupName',
+  'GroupId',
+  'HostId',
+  'HostResourceGroupArn',
+  'SpreadDomain',
+  'Tenancy',
+] as const;
+
+/**
+ * The EC2 Placement in the awsPlacement annotation (JSON; field names matched without regard to
+ * case, as gardener's decoder does, unknown fields ignored), undefined when it is absent, empty or
+ * names nothing. Throws, naming the annotation, when it is not a JSON object of the right types.
+ */
+export function placementOfAnnotation(value: string | undefined): Placement | undefined {
+  if (value === undefined || value === '') return undefined;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(value);
+  } catch {
+    throw new Error(`annotation ${AWS_PLACEMENT_ANNOTATION}: not JSON`);
+  }
+  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
+    throw new Error(`annotation ${AWS_PLACEMENT_ANNOTATION}: must be a JSON object`);
+  }
+  const byLower = new Map(
+    Object.entries(parsed as Record<string, unknown>).map(([k, v]) => [k.toLowerCase(), { k, v }]),
+  );
+  const out: Placement = {};
+  for (const field of PLACEMENT_STRINGS) {
+    const e = byLower.get(field.toLowerCase());
+    if (e === undefined || e.v === null) continue;
+    if (typeof e.v !== 'string')
+      throw new Error(`annotation ${AWS_PLACEMENT_ANNOTATION}: ${e.k} must be a string`);
+    if (e.v !== '') (out as Record<string, string>)[field] = e.v;
+  }
+  const partition = byLower.get('partitionnumber');
+  if (partition !== undefined && partition.v !== null) {
+    if (typeof partition.v !== 'number' || !Number.isInteger(partition.v))
+      throw new Error(`annotation ${AWS_PLACEMENT_ANNOTATION}: ${partition.k} must be an integer`);
+    out.PartitionNumber = partition.v;
+  }
+  return Object.keys(out).length === 0 ? undefined : out;
 }
 
 /** The RunInstances input of a machine, ClientToken included (see clientToken). */
@@ -178,7 +236,10 @@ export function runInstancesInput(req: LaunchRequest): RunInstancesCommandInput 
     };
   }
   const pl = spec.placement;
-  if (pl !== undefined) {
+  if (pl === undefined) {
+    const fromAnnotation = placementOfAnnotation(req.placementAnnotation);
+    if (fromAnnotation !== undefined) input.Placement = fromAnnotation;
+  } else {
     input.Placement = {
       ...(pl.groupId === undefined ? {} : { GroupId: pl.groupId }),
       ...(pl.tenancy === undefined ? {} : { Tenancy: pl.tenancy as 'default' | 'dedicated' | 'host' }),

@@ -65,26 +65,27 @@ export class InstanceLookup {
   }
 
   /**
-   * The instances whose `Name` tag is name, that carry the cluster tag key and are in one of the
-   * states; machines of one cluster tag and state set share calls.
+   * The instances whose `Name` tag is name, that carry every one of the tag keys (the class's
+   * cluster and role tags) and are in one of the states; machines of one key set and state set
+   * share calls.
    */
   byName(
     nameTag: string,
     name: string,
-    clusterTag: string,
+    tagKeys: readonly string[],
     states: readonly string[],
     signal?: AbortSignal,
   ): Promise<Instance[]> {
     return this.enqueue(
-      `name\u0000${clusterTag}\u0000${states.join(',')}`,
+      `name\u0000${tagKeys.join('\u0000')}\u0000${states.join(',')}`,
       () => ({
         filters: (values) => [
           { Name: `tag:${nameTag}`, Values: values },
-          { Name: 'tag-key', Values: [clusterTag] },
+          ...tagKeys.map((k) => ({ Name: 'tag-key', Values: [k] })),
           { Name: 'instance-state-name', Values: [...states] },
         ],
         keyOf: (i) => i.Tags?.find((t) => t.Key === nameTag)?.Value,
-        maxValues: MAX_FILTER_VALUES - 1 - states.length,
+        maxValues: MAX_FILTER_VALUES - tagKeys.length - states.length,
       }),
       name,
       signal,

@@ -173,3 +173,81 @@ describe('machine creation: user data', () => {
     expect([...sent]).to.deep.equal([0xff, 0x00, ...Buffer.from('name=m1'), 0x80]);
   });
 });
+
+describe('machine creation: initialisation is never skipped', () => {
+  const cloudWith = (
+    status: Driver['getMachineStatus'],
+  ): { driver: Driver; initialized: string[]; created: number } => {
+    const base = ipNamedCloud();
+    const out = { driver: base.driver, initialized: [] as string[], created: 0 };
+    out.driver = {
+      ...base.driver,
+      getMachineStatus: status,
+      createMachine: (req) => {
+        out.created++;
+        return base.driver.createMachine(req);
+      },
+      initializeMachine: (req) => {
+        out.initialized.push(req.machine.spec?.providerID ?? '');
+        return Promise.resolve({ providerID: req.machine.spec?.providerID ?? '', nodeName: NODE });
+      },
+    };
+    return out;
+  };
+
+  it('records and initialises the VM an Uninitialized GetMachineStatus names on a machine that records none', async () => {
+    const cloud = cloudWith(() =>
+      Promise.reject(
+        new MachineError('Uninitialized', 'source/destination check still on', {
+          vm: { providerID: 'aws:///eu-west-1/i-0042', nodeName: NODE },
+        }),
+      ),
+    );
+    const m = machine('m1');
+    m.spec = { ...m.spec, class: { kind: 'MachineClass', name: 'ec2' } };
+    const { env, mc } = await machineControllerEnv([m], {
+      machineClass: fakeClass,
+      provider: { name: 'ipcloud', driver: cloud.driver },
+    });
+    try {
+      await mc.reconcile('default/m1', rctx);
+      expect(cloud.created, 'no second VM').to.equal(0);
+      expect(cloud.initialized).to.deep.equal(['aws:///eu-west-1/i-0042']);
+      const saved = env.api.all<Machine>(MachineResource)[0];
+      expect(saved?.spec?.providerID).to.equal('aws:///eu-west-1/i-0042');
+      expect(saved?.status?.currentStatus?.phase).to.equal('Pending');
+    } finally {
+      await env.stop();
+    }
+  });
+
+  it('initialises a recorded VM its cloud does not show yet (NotFound) instead of moving the machine on without it', async () => {
+    const cloud = cloudWith(() => Promise.reject(new MachineError('NotFound', 'not visible yet')));
+    const m = machine('m1');
+    m.spec = {
+      ...m.spec,
+      class: { kind: 'MachineClass', name: 'ec2' },
+      providerID: 'aws:///eu-west-1/i-0007',
+    };
+    m.metadata.labels = { ...m.metadata.labels, node: NODE };
+    m.status = {
+      currentStatus: { phase: 'CrashLoopBackOff', lastUpdateTime: '2026-11-21T09:00:00Z' },
+      lastOperation: {
+        type: 'Create',
+        state: 'Failed',
+        description: 'Provider error: x. Initialize VM Instance',
+      },
+    };
+    const { env, mc } = await machineControllerEnv([m], {
+      machineClass: fakeClass,
+      provider: { name: 'ipcloud', driver: cloud.driver },
+    });
+    try {
+      await mc.reconcile('default/m1', rctx);
+      expect(cloud.created, 'no second VM').to.equal(0);
+      expect(cloud.initialized).to.deep.equal(['aws:///eu-west-1/i-0007']);
+    } finally {
+      await env.stop();
+    }
+  });
+});

@@ -3,18 +3,21 @@ import { gzipSync } from 'node:zlib';
 import { expect } from 'chai';
 
 import type {
+  AssignIpv6AddressesCommandInput,
   DescribeInstancesCommandInput,
   DescribeInstancesCommandOutput,
   Instance,
+  InstanceNetworkInterface,
   RunInstancesCommandInput,
   RunInstancesCommandOutput,
   ModifyInstanceAttributeCommandInput,
+  ModifyNetworkInterfaceAttributeCommandInput,
   TerminateInstancesCommandInput,
   TerminateInstancesCommandOutput,
 } from '@aws-sdk/client-ec2';
 
 import type { Machine, MachineClass } from '../../../../lib/api/types.js';
-import { decodeMachineError } from '../../../../lib/driver/codes.js';
+import { MachineError, decodeMachineError } from '../../../../lib/driver/codes.js';
 import type { Secret } from '../../../../lib/kube/types.js';
 import { nullLogger } from '../../../../lib/observability/logger.js';
 import type { Ec2Api } from '../../../../lib/providers/aws/client.js';
@@ -35,6 +38,10 @@ class FakeEc2 implements Ec2Api {
   describes: DescribeInstancesCommandInput[] = [];
   terminated: string[] = [];
   modified: string[] = [];
+  modifiedInterfaces: string[] = [];
+  assigned: { eni: string; prefixes: number }[] = [];
+  /** Instance ids DescribeInstances does not show yet (EC2's eventual consistency). */
+  hidden = new Set<string>();
   /** Called before a RunInstances is executed; may throw (nothing started). */
   beforeRun: ((n: number) => void) | undefined;
   /** Called after a RunInstances was executed; may throw (the answer is lost). */
@@ -74,17 +81,19 @@ class FakeEc2 implements Ec2Api {
       if (found.length === 0) return Promise.reject(ec2Error('InvalidInstanceID.NotFound', 400));
       return Promise.resolve({ ...meta, Reservations: [{ Instances: found }] });
     }
-    const matches = this.instances.filter((i) =>
-      (input.Filters ?? []).every((f) => {
-        const values = f.Values ?? [];
-        if (f.Name === 'tag-key') return i.Tags?.some((t) => values.includes(t.Key ?? ''));
-        if (f.Name === 'instance-state-name') return values.includes(i.State?.Name ?? '');
-        if (f.Name === 'instance-id') return values.includes(i.InstanceId ?? '');
-        if (f.Name?.startsWith('tag:') === true) {
-          return i.Tags?.some((t) => t.Key === f.Name?.slice(4) && values.includes(t.Value ?? ''));
-        }
-        return false;
-      }),
+    const matches = this.instances.filter(
+      (i) =>
+        !this.hidden.has(i.InstanceId ?? '') &&
+        (input.Filters ?? []).every((f) => {
+          const values = f.Values ?? [];
+          if (f.Name === 'tag-key') return i.Tags?.some((t) => values.includes(t.Key ?? ''));
+          if (f.Name === 'instance-state-name') return values.includes(i.State?.Name ?? '');
+          if (f.Name === 'instance-id') return values.includes(i.InstanceId ?? '');
+          if (f.Name?.startsWith('tag:') === true) {
+            return i.Tags?.some((t) => t.Key === f.Name?.slice(4) && values.includes(t.Value ?? ''));
+          }
+          return false;
+        }),
     );
     const start = Number(input.NextToken ?? '0');
     const page = matches.slice(start, start + this.pageSize);
@@ -118,8 +127,33 @@ class FakeEc2 implements Ec2Api {
     return Promise.resolve();
   }
 
+  modifyNetworkInterfaceAttribute(input: ModifyNetworkInterfaceAttributeCommandInput): Promise<void> {
+    this.modifiedInterfaces.push(input.NetworkInterfaceId ?? '');
+    for (const i of this.instances) {
+      for (const ni of i.NetworkInterfaces ?? []) {
+        if (ni.NetworkInterfaceId === input.NetworkInterfaceId) ni.SourceDestCheck = false;
+      }
+    }
+    return Promise.resolve();
+  }
+
+  assignIpv6Addresses(input: AssignIpv6AddressesCommandInput): Promise<void> {
+    this.assigned.push({ eni: input.NetworkInterfaceId ?? '', prefixes: input.Ipv6PrefixCount ?? 0 });
+    for (const i of this.instances) {
+      for (const ni of i.NetworkInterfaces ?? []) {
+        if (ni.NetworkInterfaceId !== input.NetworkInterfaceId) continue;
+        const add = Array.from({ length: input.Ipv6PrefixCount ?? 0 }, (_, k) => ({
+          Ipv6Prefix: `2001:db8:${k}::/80`,
+        }));
+        ni.Ipv6Prefixes = [...(ni.Ipv6Prefixes ?? []), ...add];
+      }
+    }
+    return Promise.resolve();
+  }
+
+  destroyed = 0;
   destroy(): void {
-    // nothing to close
+    this.destroyed++;
   }
 }
 
@@ -147,6 +181,7 @@ function setup(clock = { now: 1_000_000 }): { fake: FakeEc2; driver: AwsDriver; 
   const driver = new AwsDriver({
     logger: nullLogger,
     launchBackoffMs: 0,
+    visibilityBackoffMs: 0,
     now: () => clock.now,
     ec2: (region) => {
       regions.push(region);
@@ -223,14 +258,18 @@ describe('AWS provider: driver behaviour (fake EC2)', () => {
       return describeImages();
     };
     expect(await codeOf(driver.getMachineStatus(req))).to.match(/^NotFound/);
-    await driver.createMachine(req);
-    expect(fake.describes, 'only the status lookup').to.have.length(1);
+    const created = await driver.createMachine(req);
+    expect(fake.describes, 'the status lookup, then the wait for the instance to show').to.have.length(2);
+    // InitializeMachine right after takes the instance the wait saw: two lookups per machine.
+    const m1 = machine('m1', created.providerID);
+    await driver.initializeMachine({ ...req, machine: m1 });
+    expect(fake.describes, 'no lookup of its own').to.have.length(2);
 
     const req2 = { machine: machine('m2'), machineClass: cls(), secret };
     expect(await codeOf(driver.getMachineStatus(req2))).to.match(/^NotFound/);
     clock.now += 2_001;
     await driver.createMachine(req2);
-    expect(fake.describes, 'a stale absence is looked at again').to.have.length(3);
+    expect(fake.describes, 'a stale absence is looked at again').to.have.length(5);
     expect(images, 'one DescribeImages per AMI').to.equal(1);
     expect(fake.runs).to.have.length(2);
   });
@@ -248,7 +287,10 @@ describe('AWS provider: driver behaviour (fake EC2)', () => {
       names.map((n) => driver.createMachine({ machine: machine(n), machineClass: cls(), secret })),
     );
     expect(images, 'one DescribeImages for the burst').to.equal(1);
-    expect(fake.describes.length, 'lookups by Name coalesced').to.be.at.most(2);
+    const byFilter = (name: string): number =>
+      fake.describes.filter((d) => d.Filters?.[0]?.Name === name).length;
+    expect(byFilter('tag:Name'), 'lookups by Name coalesced').to.be.at.most(2);
+    expect(byFilter('instance-id'), 'waits for visibility coalesced').to.be.at.most(2);
     expect(fake.runs).to.have.length(12);
     const nameOf = (providerID: string): string | undefined =>
       fake.instances
@@ -359,6 +401,199 @@ describe('AWS provider: driver behaviour (fake EC2)', () => {
     await driver.initializeMachine(req);
     expect(fake.modified).to.deep.equal([i.InstanceId]);
     expect(await codeOf(driver.getMachineStatus(req))).to.equal('OK');
+  });
+
+  it('srcAndDstChecksEnabled: false on an instance with several interfaces: each non-EFA interface is changed, not the instance', async () => {
+    const { fake, driver } = setup();
+    const eni = (id: string, index: number, type = 'interface'): InstanceNetworkInterface => ({
+      NetworkInterfaceId: id,
+      InterfaceType: type,
+      SourceDestCheck: true,
+      Attachment: { DeviceIndex: index },
+    });
+    const i = fake.add({
+      ...tagged('m1'),
+      SourceDestCheck: true,
+      NetworkInterfaces: [eni('eni-a', 0), eni('eni-b', 1), eni('eni-efa', 2, 'efa')],
+    });
+    const req = {
+      machine: machine('m1', `aws:///eu-west-1/${i.InstanceId ?? ''}`),
+      machineClass: cls({ srcAndDstChecksEnabled: false }),
+      secret,
+    };
+    expect(await codeOf(driver.getMachineStatus(req))).to.match(/^Uninitialized/);
+    await driver.initializeMachine(req);
+    // EC2 refuses the instance-level attribute on an instance with more than one interface.
+    expect(fake.modified, 'no instance-level change').to.deep.equal([]);
+    expect(fake.modifiedInterfaces.sort()).to.deep.equal(['eni-a', 'eni-b']);
+    expect(await codeOf(driver.getMachineStatus(req)), 'the EFA interface keeps its check').to.equal('OK');
+  });
+
+  it('an Uninitialized GetMachineStatus names the instance it found (the machine may not record it yet)', async () => {
+    const { fake, driver } = setup();
+    const i = fake.add({ ...tagged('m1'), SourceDestCheck: true });
+    const err = await driver
+      .getMachineStatus({
+        machine: machine('m1'),
+        machineClass: cls({ srcAndDstChecksEnabled: false }),
+        secret,
+      })
+      .catch((e: unknown) => e);
+    expect(err).to.be.instanceOf(MachineError);
+    expect((err as MachineError).code).to.equal('Uninitialized');
+    expect((err as MachineError).vm?.providerID).to.equal(`aws:///eu-west-1/${i.InstanceId ?? ''}`);
+    expect((err as MachineError).vm?.nodeName).to.equal(i.PrivateDnsName);
+  });
+
+  it('CreateMachine waits for a new instance to show in DescribeInstances; InitializeMachine then finds it', async () => {
+    const { fake, driver } = setup();
+    let lookups = 0;
+    const describe = fake.describeInstances.bind(fake);
+    fake.describeInstances = (input) => {
+      // The instance shows from the third lookup by id on (EC2's eventual consistency).
+      if (input.Filters?.[0]?.Name === 'instance-id' && ++lookups >= 3) fake.hidden.clear();
+      return describe(input);
+    };
+    fake.afterRun = () => {
+      for (const i of fake.instances) fake.hidden.add(i.InstanceId ?? '');
+    };
+    const req = { machine: machine('m1'), machineClass: cls({ srcAndDstChecksEnabled: false }), secret };
+    const created = await driver.createMachine(req);
+    expect(lookups, 'looked until it showed').to.equal(3);
+    const i = fake.instances[0];
+    expect(created.providerID).to.equal(`aws:///eu-west-1/${i?.InstanceId ?? ''}`);
+    if (i !== undefined) i.SourceDestCheck = true;
+    await driver.initializeMachine({ ...req, machine: machine('m1', created.providerID) });
+    expect(fake.modified, 'initialised, not skipped').to.deep.equal([i?.InstanceId]);
+  });
+
+  it('InitializeMachine of an instance not visible yet is Uninitialized (retried), not skipped', async () => {
+    const { fake, driver } = setup();
+    const i = fake.add({ ...tagged('m1'), SourceDestCheck: true });
+    fake.hidden.add(i.InstanceId ?? '');
+    const req = {
+      machine: machine('m1', `aws:///eu-west-1/${i.InstanceId ?? ''}`),
+      machineClass: cls({ srcAndDstChecksEnabled: false }),
+      secret,
+    };
+    expect(await codeOf(driver.initializeMachine(req))).to.match(
+      /^Uninitialized: .*visible to DescribeInstances yet/,
+    );
+    fake.hidden.clear();
+    await driver.initializeMachine(req);
+    expect(fake.modified).to.deep.equal([i.InstanceId]);
+  });
+
+  it('ipv6PrefixCount: assigned by InitializeMachine per interface (as gardener), not at launch; Uninitialized until assigned', async () => {
+    const { fake, driver } = setup();
+    const ipv6Class = cls({
+      networkInterfaces: [
+        { subnetID: 'subnet-a', securityGroupIDs: ['sg-1'], ipv6PrefixCount: 2 },
+        { subnetID: 'subnet-b', securityGroupIDs: ['sg-1'] },
+      ],
+    });
+    await driver.createMachine({ machine: machine('m0'), machineClass: ipv6Class, secret });
+    expect(fake.runs[0]?.NetworkInterfaces?.[0]).to.not.have.property('Ipv6PrefixCount');
+    const i = fake.add({
+      ...tagged('m1'),
+      NetworkInterfaces: [
+        {
+          NetworkInterfaceId: 'eni-0',
+          Attachment: { DeviceIndex: 0 },
+          Ipv6Prefixes: [{ Ipv6Prefix: 'x::/80' }],
+        },
+        { NetworkInterfaceId: 'eni-1', Attachment: { DeviceIndex: 1 } },
+      ],
+    });
+    const req = {
+      machine: machine('m1', `aws:///eu-west-1/${i.InstanceId ?? ''}`),
+      machineClass: ipv6Class,
+      secret,
+    };
+    expect(await codeOf(driver.getMachineStatus(req))).to.match(/^Uninitialized: .*1 IPv6 prefixes fewer/);
+    await driver.initializeMachine(req);
+    expect(fake.assigned).to.deep.equal([{ eni: 'eni-0', prefixes: 1 }]);
+    expect(await codeOf(driver.getMachineStatus(req))).to.equal('OK');
+  });
+
+  it('uses the awsPlacement node-template annotation when the class sets no placement', async () => {
+    const { fake, driver } = setup();
+    const annotated = (name: string, value: string): Machine => {
+      const m = machine(name);
+      m.spec = { nodeTemplate: { metadata: { annotations: { 'machine.sapcloud.io/awsPlacement': value } } } };
+      return m;
+    };
+    await driver.createMachine({
+      machine: annotated('m1', '{"availabilityZone":"eu-west-1b","groupName":"pg-1","partitionNumber":2}'),
+      machineClass: cls(),
+      secret,
+    });
+    expect(fake.runs[0]?.Placement).to.deep.equal({
+      AvailabilityZone: 'eu-west-1b',
+      GroupName: 'pg-1',
+      PartitionNumber: 2,
+    });
+    await driver.createMachine({
+      machine: annotated('m2', '{"availabilityZone":"eu-west-1b"}'),
+      machineClass: cls({ placement: { tenancy: 'dedicated' } }),
+      secret,
+    });
+    expect(fake.runs[1]?.Placement, "the class's placement wins").to.deep.equal({ Tenancy: 'dedicated' });
+    expect(
+      await codeOf(
+        driver.createMachine({ machine: annotated('m3', '{not json'), machineClass: cls(), secret }),
+      ),
+    ).to.match(/^InvalidArgument: .*machine\.sapcloud\.io\/awsPlacement/);
+    expect(fake.runs).to.have.length(2);
+  });
+
+  it('refuses a class without block devices when creating, as gardener does, and starts nothing', async () => {
+    const { fake, driver } = setup();
+    expect(
+      await codeOf(
+        driver.createMachine({ machine: machine('m1'), machineClass: cls({ blockDevices: [] }), secret }),
+      ),
+    ).to.match(/^InvalidArgument: .*providerSpec\.blockDevices: Required value/);
+    expect(fake.runs).to.have.length(0);
+  });
+
+  it('looks a machine up by its Name tag and both the cluster and the role tag', async () => {
+    const { fake, driver } = setup();
+    fake.add({
+      Tags: [
+        { Key: 'Name', Value: 'm1' },
+        { Key: CLUSTER, Value: '1' },
+      ],
+    });
+    expect(
+      await codeOf(driver.getMachineStatus({ machine: machine('m1'), machineClass: cls(), secret })),
+    ).to.match(/^NotFound/);
+    const filters = fake.describes[0]?.Filters ?? [];
+    expect(filters.filter((f) => f.Name === 'tag-key').map((f) => f.Values?.[0])).to.deep.equal([
+      CLUSTER,
+      'kubernetes.io/role/YOUR_ROLE_NAME',
+    ]);
+  });
+
+  it('closes the EC2 client of credentials no call used for 30 minutes (a rotated key)', async () => {
+    const clock = { now: 1_000_000 };
+    const { fake, driver } = setup(clock);
+    await driver
+      .getMachineStatus({ machine: machine('m1'), machineClass: cls(), secret })
+      .catch(() => undefined);
+    const rotated: Secret = { ...secret, data: { ...secret.data, providerSecretAccessKey: b64('ROTATED') } };
+    clock.now += 29 * 60_000;
+    await driver
+      .getMachineStatus({ machine: machine('m1'), machineClass: cls(), secret: rotated })
+      .catch(() => undefined);
+    expect(driver.openClients()).to.equal(2);
+    expect(fake.destroyed).to.equal(0);
+    clock.now += 2 * 60_000;
+    await driver
+      .getMachineStatus({ machine: machine('m1'), machineClass: cls(), secret: rotated })
+      .catch(() => undefined);
+    expect(driver.openClients(), "the old key's client is closed").to.equal(1);
+    expect(fake.destroyed).to.equal(1);
   });
 
   it('DeleteMachine terminates; an instance already gone is NotFound (success), even when terminate fails on a part', async () => {

@@ -94,7 +94,7 @@ describe('AWS provider: the RunInstances request of a machine', () => {
     expect(launch(spec({ blockDevices: [] })).BlockDeviceMappings).to.be.undefined;
   });
 
-  it('keeps a volume after termination only when the class says so, and passes kms key and snapshot', () => {
+  it('keeps a volume after termination only when the class says so, and passes kms key (encrypted volumes only) and snapshot', () => {
     const input = launch(
       spec({
         blockDevices: [
@@ -105,9 +105,14 @@ describe('AWS provider: the RunInstances request of a machine', () => {
               volumeSize: 5,
               volumeType: 'gp2',
               deleteOnTermination: false,
+              encrypted: true,
               kmsKeyID: 'k-1',
               snapshotID: 'snap-1',
             },
+          },
+          {
+            deviceName: '/dev/sdd',
+            ebs: { volumeSize: 5, volumeType: 'gp2', encrypted: false, kmsKeyID: 'k-2' },
           },
         ],
       }),
@@ -115,10 +120,17 @@ describe('AWS provider: the RunInstances request of a machine', () => {
     expect(input.BlockDeviceMappings?.[1]?.Ebs).to.deep.equal({
       VolumeSize: 5,
       VolumeType: 'gp2',
-      Encrypted: false,
+      Encrypted: true,
       DeleteOnTermination: false,
       KmsKeyId: 'k-1',
       SnapshotId: 'snap-1',
+    });
+    // EC2 refuses a KMS key for a volume that is not encrypted: it is not sent (gardener sends none).
+    expect(input.BlockDeviceMappings?.[2]?.Ebs).to.deep.equal({
+      VolumeSize: 5,
+      VolumeType: 'gp2',
+      Encrypted: false,
+      DeleteOnTermination: true,
     });
   });
 

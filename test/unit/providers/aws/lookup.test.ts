@@ -6,6 +6,8 @@ import { InstanceLookup, MAX_FILTER_VALUES } from '../../../../lib/providers/aws
 
 const STATES = ['pending', 'running', 'stopping', 'stopped'];
 const CLUSTER = 'kubernetes.io/cluster/c1';
+const ROLE = 'kubernetes.io/role/node';
+const KEYS = [CLUSTER, ROLE];
 
 /** A DescribeInstances whose calls are answered by the test, one at a time. */
 class FakeDescribe {
@@ -37,14 +39,15 @@ const named = (name: string, id: string, cluster = CLUSTER): Instance => ({
 const tick = (): Promise<void> => new Promise((r) => setImmediate(r));
 
 describe('AWS provider: coalesced instance lookups', () => {
-  it('sends a lookup at once when none is in flight', async () => {
+  it('sends a lookup at once when none is in flight, by the Name tag and the cluster and role tag keys', async () => {
     const fake = new FakeDescribe();
     const lookup = new InstanceLookup(fake.fn);
-    const found = lookup.byName('Name', 'm1', CLUSTER, STATES);
+    const found = lookup.byName('Name', 'm1', KEYS, STATES);
     expect(fake.calls).to.have.length(1);
     expect(fake.calls[0]?.filters).to.deep.equal([
       { Name: 'tag:Name', Values: ['m1'] },
       { Name: 'tag-key', Values: [CLUSTER] },
+      { Name: 'tag-key', Values: [ROLE] },
       { Name: 'instance-state-name', Values: STATES },
     ]);
     const i = named('m1', 'i-1');
@@ -55,8 +58,8 @@ describe('AWS provider: coalesced instance lookups', () => {
   it('sends the lookups that arrive during a call together in the next one, each answered with its own instances', async () => {
     const fake = new FakeDescribe();
     const lookup = new InstanceLookup(fake.fn);
-    const first = lookup.byName('Name', 'm0', CLUSTER, STATES);
-    const later = ['m1', 'm2', 'm3', 'm2'].map((n) => lookup.byName('Name', n, CLUSTER, STATES));
+    const first = lookup.byName('Name', 'm0', KEYS, STATES);
+    const later = ['m1', 'm2', 'm3', 'm2'].map((n) => lookup.byName('Name', n, KEYS, STATES));
     expect(fake.calls, 'the later lookups wait for the call in flight').to.have.length(1);
     fake.calls[0]?.answer([]);
     expect(await first).to.deep.equal([]);
@@ -79,8 +82,8 @@ describe('AWS provider: coalesced instance lookups', () => {
     const ids = Array.from({ length: 450 }, (_, k) => `i-${String(k)}`);
     const pending = ids.map((id) => lookup.byId(id));
     const names = Array.from({ length: 300 }, (_, k) => `m${String(k)}`);
-    void lookup.byName('Name', 'n-first', CLUSTER, STATES);
-    const byName = names.map((n) => lookup.byName('Name', n, CLUSTER, STATES));
+    void lookup.byName('Name', 'n-first', KEYS, STATES);
+    const byName = names.map((n) => lookup.byName('Name', n, KEYS, STATES));
     fake.calls[0]?.answer([]);
     fake.calls[1]?.answer([]);
     await tick();
@@ -177,8 +180,8 @@ describe('AWS provider: coalesced instance lookups', () => {
   it('does not share calls between cluster tags', () => {
     const fake = new FakeDescribe();
     const lookup = new InstanceLookup(fake.fn);
-    void lookup.byName('Name', 'm1', CLUSTER, STATES);
-    void lookup.byName('Name', 'm1', 'kubernetes.io/cluster/other', STATES);
+    void lookup.byName('Name', 'm1', KEYS, STATES);
+    void lookup.byName('Name', 'm1', ['kubernetes.io/cluster/other', ROLE], STATES);
     expect(fake.calls).to.have.length(2);
     expect(fake.values(1, 'tag-key')).to.deep.equal(['kubernetes.io/cluster/other']);
   });
