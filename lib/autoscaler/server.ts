@@ -484,10 +484,12 @@ export class AutoscalerServer {
     }
   }
 
-  /** A signal that aborts at the call's deadline or when this replica may no longer write. */
+  /**
+   * A signal that aborts at the call's deadline. The client itself cancels a write when this
+   * replica may no longer write (it links the fence's signal to every write it sends).
+   */
   private writeSignal(deadline: number): AbortSignal {
-    const timeout = AbortSignal.timeout(Math.max(1, deadline - this.opts.clock.now()));
-    return this.opts.fence === undefined ? timeout : AbortSignal.any([timeout, this.opts.fence.signal]);
+    return AbortSignal.timeout(Math.max(1, deadline - this.opts.clock.now()));
   }
 
   /**

@@ -1,4 +1,5 @@
 import type { WriteFence } from '../kube/fence.js';
+import { linkSignals } from '../kube/signals.js';
 import { MachineError } from './codes.js';
 import type { Driver } from './driver.js';
 
@@ -23,7 +24,8 @@ export function fenceDriver(provider: string, driver: Driver, fence: WriteFence)
           ),
         );
       }
-      return call(req, signal === undefined ? fence.signal : AbortSignal.any([signal, fence.signal]));
+      const linked = linkSignals(signal, fence.signal);
+      return call(req, linked.signal).finally(linked.dispose);
     };
   return {
     createMachine: guarded('CreateMachine', (r, s) => driver.createMachine(r, s)),

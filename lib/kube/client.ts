@@ -19,6 +19,7 @@ import {
   errorFromResponse,
 } from './errors.js';
 import { ClientCredentials, agentOptions } from './credentials.js';
+import { linkSignals } from './signals.js';
 import { OutageLog } from './outage.js';
 import type { WriteFence } from './fence.js';
 import { TokenBucket } from './ratelimit.js';
@@ -387,25 +388,25 @@ export class KubeClient implements KubeApi {
     const fence = spec.method === 'GET' ? undefined : this.opts.fence;
     const what = `${spec.method} ${spec.path}`;
     fence?.check(what);
-    const signal =
-      fence === undefined
-        ? spec.signal
-        : spec.signal === undefined
-          ? fence.signal
-          : AbortSignal.any([spec.signal, fence.signal]);
+    // The write's own signal and the fence's, linked until the request is over (see signals.ts).
+    const linked = linkSignals(spec.signal, fence?.signal);
+    const signal = linked.signal;
     const bucket = spec.path.startsWith(MACHINE_API_PREFIX) ? this.machineBucket : this.coreBucket;
+    let agent: https.Agent | http.Agent;
+    const headers: Record<string, string> = { Accept: 'application/json', 'User-Agent': this.userAgent };
     try {
-      await bucket.take(signal);
+      try {
+        await bucket.take(signal);
+      } catch (err) {
+        fence?.check(what);
+        throw err;
+      }
+      agent = await this.getAgent(streaming);
+      Object.assign(headers, await this.credentials.headers());
     } catch (err) {
-      fence?.check(what);
+      linked.dispose();
       throw err;
     }
-    const agent = await this.getAgent(streaming);
-    const headers: Record<string, string> = {
-      Accept: 'application/json',
-      'User-Agent': this.userAgent,
-      ...(await this.credentials.headers()),
-    };
     // Checked again as late as possible: the token wait may have outlived the right to write.
     fence?.check(what);
     let payload: string | undefined;
@@ -422,6 +423,7 @@ export class KubeClient implements KubeApi {
         if (streaming) req.setTimeout(0);
         resolve(res);
       });
+      req.once('close', linked.dispose);
       req.setTimeout(timeoutMs, () => {
         req.destroy(
           new TimeoutError(`${spec.method} ${spec.path}: client timeout after ${timeoutMs} ms`, 0, 'Timeout'),

@@ -11,6 +11,7 @@ import { isAlreadyExists, isConflict, isNotFound } from './errors.js';
 import type { EventRecorder } from './events.js';
 import type { LeaseFence } from './fence.js';
 import { CoreResources } from './resources.js';
+import { linkSignals } from './signals.js';
 
 export interface LeaderElectionOptions {
   client: KubeApi;
@@ -194,7 +195,8 @@ export class LeaderElector {
       let ok = false;
       try {
         // A renew that hangs must not outlive the deadline.
-        ok = await this.tryAcquireOrRenew(AbortSignal.any([signal, AbortSignal.timeout(this.renewDeadline)]));
+        const linked = linkSignals(signal, AbortSignal.timeout(this.renewDeadline));
+        ok = await this.tryAcquireOrRenew(linked.signal).finally(linked.dispose);
       } catch (err) {
         this.log.warn('renewing the lease failed', { err });
       }

@@ -14,6 +14,7 @@ import type { TimerHandle } from '../../kube/clock.js';
 import { KubeApiError, isConflict, isNotFound, isTooManyRequests } from '../../kube/errors.js';
 import type { EventRecorder } from '../../kube/events.js';
 import { CoreResources } from '../../kube/resources.js';
+import { linkSignals } from '../../kube/signals.js';
 import type { Logger } from '../../observability/logger.js';
 import type { ControllerContext } from '../context.js';
 import { phaseOf } from '../machines.js';
@@ -207,8 +208,8 @@ export class ApiServerSafety {
   /** One probe and what follows from it; schedules the next. */
   async tick(): Promise<void> {
     const timeoutMs = Math.min(10_000, Math.max(1000, this.opts.timeoutMs));
-    const signal = AbortSignal.any([this.abort.signal, AbortSignal.timeout(timeoutMs)]);
-    const result = await this.prober(signal);
+    const linked = linkSignals(this.abort.signal, AbortSignal.timeout(timeoutMs));
+    const result = await this.prober(linked.signal).finally(linked.dispose);
     if (this.stopped) return;
     const reachable = result.control && result.target;
     const now = this.ctx.clock.now();

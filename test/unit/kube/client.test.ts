@@ -1,3 +1,4 @@
+import { getEventListeners } from 'node:events';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 
@@ -21,6 +22,7 @@ import { MachineResource } from '../../../lib/api/types.js';
 import { CapturingLogger } from '../../../lib/observability/logger.js';
 import { newRegistry } from '../../../lib/observability/metrics.js';
 import { eventually } from '../helpers/eventually.js';
+import { dependantsOf } from '../helpers/signals.js';
 
 interface Seen {
   method: string;
@@ -246,6 +248,23 @@ describe('KubeClient (against a stub HTTP server)', () => {
     // Give a request that did leave time to arrive.
     await new Promise((r) => setTimeout(r, 100));
     expect(server.seen, 'the write never reached the server').to.deep.equal([]);
+  });
+
+  it('leaves nothing registered with the fence signal once its writes are over', async () => {
+    const fence = new LeaseFence(clock);
+    client = new KubeClient({ kubeConfig: kubeConfig(server.port), clock, fence, qps: 1000, burst: 100 });
+    fence.grant(clock.monotonic(), 60_000);
+    for (let i = 0; i < 50; i++) {
+      await client.patch(
+        CoreResources.nodes,
+        'n1',
+        { spec: {} },
+        { type: 'merge', signal: new AbortController().signal },
+      );
+    }
+    expect(server.seen).to.have.length(50);
+    expect(dependantsOf(fence.signal)).to.equal(0);
+    expect(getEventListeners(fence.signal, 'abort')).to.have.length(0);
   });
 
   it('retries a 429 after the Retry-After delay the server asked for', async () => {
