@@ -389,8 +389,9 @@ export class KubeClient implements KubeApi {
     const what = `${spec.method} ${spec.path}`;
     fence?.check(what);
     // The write's own signal and the fence's, linked until the request is over (see signals.ts).
-    const linked = linkSignals(spec.signal, fence?.signal);
-    const signal = linked.signal;
+    const linked =
+      spec.signal === undefined && fence === undefined ? undefined : linkSignals(spec.signal, fence?.signal);
+    const signal = linked?.signal;
     const bucket = spec.path.startsWith(MACHINE_API_PREFIX) ? this.machineBucket : this.coreBucket;
     let agent: https.Agent | http.Agent;
     const headers: Record<string, string> = { Accept: 'application/json', 'User-Agent': this.userAgent };
@@ -404,7 +405,7 @@ export class KubeClient implements KubeApi {
       agent = await this.getAgent(streaming);
       Object.assign(headers, await this.credentials.headers());
     } catch (err) {
-      linked.dispose();
+      linked?.dispose();
       throw err;
     }
     // Checked again as late as possible: the token wait may have outlived the right to write.
@@ -423,7 +424,7 @@ export class KubeClient implements KubeApi {
         if (streaming) req.setTimeout(0);
         resolve(res);
       });
-      req.once('close', linked.dispose);
+      if (linked !== undefined) req.once('close', linked.dispose);
       req.setTimeout(timeoutMs, () => {
         req.destroy(
           new TimeoutError(`${spec.method} ${spec.path}: client timeout after ${timeoutMs} ms`, 0, 'Timeout'),

@@ -6,8 +6,8 @@
 /** A signal that aborts when any source does, and a dispose() that detaches it from them. */
 export interface LinkedSignal {
   readonly signal: AbortSignal;
-  /** Detaches from the sources (idempotent); the signal keeps its state. */
-  dispose(): void;
+  /** Detaches from the sources (idempotent); the signal keeps its state. A function, not a method. */
+  readonly dispose: () => void;
 }
 
 const noop = (): void => undefined;

@@ -53,18 +53,31 @@ describe('driver fence: mutating cloud calls only while leading', () => {
     expect(calls.map((c) => c.op)).to.deep.equal(['status', 'list', 'volumes']);
   });
 
-  it('passes mutating calls while leading with a signal that aborts when leadership ends', async () => {
-    const calls: { op: string; signal: AbortSignal | undefined }[] = [];
+  it('passes mutating calls while leading with a signal that aborts when leadership ends during the call', async () => {
     const clock = new FakeClock();
     const fence = new LeaseFence(clock);
     fence.grant(clock.monotonic(), 10_000);
-    const d = fenceDriver('test', recordingDriver(calls), fence);
+    let signal: AbortSignal | undefined;
+    let finish: (() => void) | undefined;
+    const slow: Driver = {
+      ...recordingDriver([]),
+      createMachine: (_r, s) => {
+        signal = s;
+        return new Promise((resolve) => {
+          finish = () => {
+            resolve({ providerID: 'p', nodeName: 'n' });
+          };
+        });
+      },
+    };
+    const d = fenceDriver('test', slow, fence);
     const own = new AbortController();
-    await d.createMachine(req, own.signal);
-    const signal = calls[0]?.signal;
+    const call = d.createMachine(req, own.signal);
     expect(signal?.aborted).to.equal(false);
     fence.revoke('leadership was lost');
     expect(signal?.aborted, 'aborted with the fence').to.equal(true);
     expect(own.signal.aborted, "the caller's own signal is left alone").to.equal(false);
+    finish?.();
+    await call;
   });
 });
