@@ -3,8 +3,8 @@
 // meant to stay than it may ever need, by a margin (--safety-up): that happens when machines are
 // created beyond the replicas (a second writer, a lost cache), never through a scale-down. So the
 // machines a scale-down is removing do not count: those being deleted, those the autoscaler marked
-// (their deployment's standing trigger-deletion marks), and, until the set has had one overshooting
-// period to delete them, those above a limit that was just lowered.
+// (their deployment's standing trigger-deletion marks), and, for as long as the scale-down keeps
+// removing machines, those above a limit that was just lowered (LoweredLimits).
 
 import { scaledValue } from '../../api/intstr.js';
 import { replicasOf } from '../../api/replicas.js';
@@ -63,39 +63,79 @@ export function overshootCount(ms: AnySet, owned: readonly AnyMachine[], going: 
   ).length;
 }
 
+/** The limit a set is held at while a scale-down that lowered its limit runs (see LoweredLimits). */
+interface Hold {
+  /**
+   * The count that freezes the set: the former limit until the set is next checked, then the
+   * fewest machines seen staying since the scale-down began, plus the margin.
+   */
+  high: number;
+  /** When that count last fell (or the hold began). */
+  since: number;
+}
+
 /**
- * High thresholds that were just lowered, by set key. When a scale-down lowers a set's limit, its
- * machines above the new limit are about to be deleted; for one overshooting period (gardener MCM
- * looks at a set at most once a period) the set is judged by the limit it had, which still catches
- * machines appearing beyond even that. Kept in memory: after a (re)start the controller does not
- * know what was lowered, so each set then keeps the machines its status last reported for one
- * period (`heldAtStart`).
+ * Limits lowered by a scale-down, held while it runs, by set key. A scale-down takes as long as it
+ * takes: a MachineSet deletes at most its burst of machines per pass, through a client whose budget
+ * it shares, so hibernating hundreds of machines outlasts any fixed time. Until it is done the set
+ * is not judged by its new limit but by what it held: the former limit at first, then, at each
+ * check, the fewest machines seen staying plus the margin (--safety-up, at least one). So the held
+ * limit follows the machines down, and machines appearing during the scale-down (the count rising
+ * by the margin, the same margin the normal rule allows) still freeze the set at once. The hold
+ * ends when the count is back under the new limit (caught up), or when it has not fallen for a
+ * whole overshooting period (the scale-down is stuck, and machines it does not remove are judged
+ * by the normal rule). Kept in memory: after a (re)start the controller does not know what was
+ * lowered, so each set starts held at the machines its status last reported (`heldAtStart`).
  */
 export class LoweredLimits {
-  private readonly held = new Map<string, { high: number; until: number }>();
+  private readonly held = new Map<string, Hold>();
+  private readonly margin: number;
+  private readonly periodMs: number;
 
-  /** The high threshold of `key` fell from `before` to `after` at `now`: hold `before` until `now + holdMs`. */
-  lowered(key: string, before: number, after: number, now: number, holdMs: number): void {
+  constructor(opts: { safetyUp: number; periodMs: number }) {
+    // With a margin of 0 a count that merely stayed would count as a rise.
+    this.margin = Math.max(opts.safetyUp, 1);
+    this.periodMs = opts.periodMs;
+  }
+
+  /** The limit of `key` fell from `before` to `after` at `now`: hold `before` (or more, if held). */
+  lowered(key: string, before: number, after: number, now: number): void {
     if (after >= before) return;
     const current = this.held.get(key);
-    const high = current !== undefined && current.until > now ? Math.max(current.high, before) : before;
-    this.held.set(key, { high, until: now + holdMs });
+    this.held.set(key, { high: Math.max(current?.high ?? 0, before), since: now });
   }
 
-  /** A set seen at start with `reported` machines (its status.replicas) keeps them for `holdMs`. */
-  heldAtStart(key: string, reported: number, now: number, holdMs: number): void {
-    this.held.set(key, { high: reported + 1, until: now + holdMs });
+  /** A set seen at start with `reported` machines (its status.replicas) is held at them plus the margin. */
+  heldAtStart(key: string, reported: number, now: number): void {
+    this.held.set(key, { high: reported + this.margin, since: now });
   }
 
-  /** The high threshold in force for `key`, and until when a held one applies. */
-  effective(key: string, high: number, now: number): { high: number; heldUntil?: number } {
-    const held = this.held.get(key);
-    if (held === undefined) return { high };
-    if (held.until <= now) {
+  /**
+   * Checks `key`, whose `count` machines stay and whose limit is `limit`, at `now`: the high
+   * threshold in force for this check, and when the hold could end without a machine event (the
+   * set must be looked at again then). Each check moves the hold on.
+   */
+  check(key: string, count: number, limit: number, now: number): { high: number; recheckAt?: number } {
+    const hold = this.held.get(key);
+    if (hold === undefined) return { high: limit };
+    if (count < limit) {
+      // Caught up: the new limit holds the set again.
       this.held.delete(key);
-      return { high };
+      return { high: limit };
     }
-    return held.high > high ? { high: held.high, heldUntil: held.until } : { high };
+    const high = Math.max(hold.high, limit);
+    const next = Math.max(limit, count + this.margin);
+    if (next < hold.high) {
+      // Fewer machines stay than ever since the scale-down began: it is under way.
+      this.held.set(key, { high: next, since: now });
+      return { high, recheckAt: now + this.periodMs };
+    }
+    if (now - hold.since >= this.periodMs) {
+      // Not one machine went for a whole period: the normal rule applies.
+      this.held.delete(key);
+      return { high: limit };
+    }
+    return { high, recheckAt: hold.since + this.periodMs };
   }
 
   forget(key: string): void {

@@ -58,17 +58,18 @@ function isFrozenDeployment(mcd: CachedMachineDeployment): boolean {
  * MachineDeployment — which stops it from creating machines; it is unfrozen automatically once the
  * count falls to the low threshold, or manually with the annotation
  * safety.machine.sapcloud.io/unfreeze. A scale-down never freezes a set (overshoot-plan.ts):
- * machines being deleted or marked by the autoscaler do not count, and a lowered limit applies
- * one overshooting period after it was lowered. Unlike gardener MCM, every set is checked on every
- * pass (not only the first that needs action), and a deployment is only unfrozen when none of its
- * sets is frozen.
+ * machines being deleted or marked by the autoscaler do not count, and a lowered limit is held
+ * down with the machines as they go, however long that takes; it applies once the set caught up,
+ * or once no machine went for an overshooting period. Unlike gardener MCM, every set is checked on
+ * every pass (not only the first that needs action), and a deployment is only unfrozen when none
+ * of its sets is frozen.
  */
 export class OvershootSafetyController {
   /** One queue per key kind: MachineSet keys here, MachineDeployment keys in `deployments`. */
   readonly sets: Controller;
   readonly deployments: Controller;
   private readonly recorder: EventRecorder;
-  private readonly lowered = new LoweredLimits();
+  private readonly lowered: LoweredLimits;
   private periodic: TimerHandle | undefined;
 
   constructor(
@@ -76,6 +77,10 @@ export class OvershootSafetyController {
     workers = 2,
   ) {
     this.recorder = ctx.recorderFor(EventSource.MachineControllerManager);
+    this.lowered = new LoweredLimits({
+      safetyUp: ctx.settings.safetyUp,
+      periodMs: ctx.settings.overshootingPeriodMs,
+    });
     const queue = (
       name: string,
       reconcile: (key: string, rctx: ReconcileContext) => Promise<ReconcileResult>,
@@ -102,7 +107,8 @@ export class OvershootSafetyController {
           this.enqueueSet(`${m.metadata.namespace ?? ''}/${ref.name}`);
       },
       onUpdate: (old, m) => {
-        // Leaving "terminating" never happens; entering it lowers the count (maybe below low).
+        // Leaving "terminating" never happens; entering it lowers the count (maybe below low), and
+        // moves the limit a scale-down holds down with it.
         if (isTerminating(m) === isTerminating(old)) return;
         const ref = controllerRefOf(m);
         if (ref?.kind === MachineSetResource.kind)
@@ -151,15 +157,9 @@ export class OvershootSafetyController {
     return overshootThresholds(ms, mcd, this.ctx.settings.safetyUp, this.ctx.settings.safetyDown).high;
   }
 
-  /** A set's limit went from `before` to `after`: a lowered one applies a period later. */
+  /** A set's limit went from `before` to `after`: a lowered one is held while the scale-down runs. */
   private noteLimit(ms: CachedMachineSet, before: number, after: number): void {
-    this.lowered.lowered(
-      objectKey(ms),
-      before,
-      after,
-      this.ctx.clock.now(),
-      this.ctx.settings.overshootingPeriodMs,
-    );
+    this.lowered.lowered(objectKey(ms), before, after, this.ctx.clock.now());
   }
 
   private setsOf(mcd: CachedMachineDeployment): readonly CachedMachineSet[] {
@@ -184,15 +184,10 @@ export class OvershootSafetyController {
   }
 
   start(): void {
-    // What was lowered before this start is unknown: each set keeps what it last reported.
+    // What was lowered before this start is unknown: each set is held at what it last reported.
     const now = this.ctx.clock.now();
     for (const ms of this.ctx.informers.machineSets.list()) {
-      this.lowered.heldAtStart(
-        objectKey(ms),
-        ms.status?.replicas ?? 0,
-        now,
-        this.ctx.settings.overshootingPeriodMs,
-      );
+      this.lowered.heldAtStart(objectKey(ms), ms.status?.replicas ?? 0, now);
     }
     this.sets.start();
     this.deployments.start();
@@ -248,16 +243,16 @@ export class OvershootSafetyController {
       this.ctx.settings.safetyUp,
       this.ctx.settings.safetyDown,
     );
-    const { high, heldUntil } = this.lowered.effective(key, limit, now);
+    const { high, recheckAt } = this.lowered.check(key, count, limit, now);
     log.trace('overshoot check', { count, high, low, limit });
     const labelled = ms.metadata.labels?.[Label.Freeze] === LabelValue.True;
     const conditioned =
       findCondition(ms.status?.machineSetCondition, MachineSetConditionType.Frozen) !== undefined;
     const name = ms.metadata.name ?? '';
     const action = decideOvershoot({ count, high, low, labelled, conditioned });
-    // Above the lowered limit but within the former one: look again when the former one ends.
-    const recheck: ReconcileResult =
-      heldUntil !== undefined && count >= limit ? { requeueAfter: Math.max(heldUntil - now, 0) } : {};
+    // Held above the lowered limit: look again when the hold would end for want of progress (each
+    // machine that goes wakes the set earlier and moves that time on).
+    const recheck: ReconcileResult = recheckAt === undefined ? {} : { requeueAfter: recheckAt - now };
     if (action === 'none') return recheck;
     if (action === 'unfreeze') {
       log.info('unfreezing MachineSet: machine count back under the limit', { count, low });

@@ -125,34 +125,117 @@ describe('overshoot count', () => {
 });
 
 describe('lowered overshoot limits', () => {
-  const HOLD = 60_000;
-  it('keeps a lowered limit for one period, then the new one applies', () => {
-    const limits = new LoweredLimits();
-    limits.lowered('ns/ms', 7, 4, 0, HOLD);
-    expect(limits.effective('ns/ms', 4, 1_000)).to.deep.equal({ high: 7, heldUntil: HOLD });
-    expect(limits.effective('ns/ms', 4, HOLD)).to.deep.equal({ high: 4 });
-  });
+  const PERIOD = 60_000;
+  type Step =
+    | { lowered: [before: number, after: number]; at: number }
+    | { start: number; at: number }
+    | { check: [count: number, limit: number]; at: number; want: { high: number; recheckAt?: number } };
+  // A deployment of 600 with maxSurge 1 hibernated: its sets' limit falls from 603 to 3.
+  const cases: { name: string; safetyUp?: number; steps: Step[] }[] = [
+    {
+      name: 'holds the former limit until the set is checked, then the fewest machines seen plus the margin',
+      steps: [
+        { lowered: [603, 3], at: 0 },
+        { check: [600, 3], at: 0, want: { high: 603, recheckAt: PERIOD } },
+        { check: [550, 3], at: 30_000, want: { high: 602, recheckAt: 90_000 } },
+        { check: [500, 3], at: 80_000, want: { high: 552, recheckAt: 140_000 } },
+      ],
+    },
+    {
+      name: 'a count rising by less than the margin is held, by the margin it meets the held limit',
+      steps: [
+        { lowered: [603, 3], at: 0 },
+        { check: [450, 3], at: 0, want: { high: 603, recheckAt: PERIOD } },
+        { check: [451, 3], at: 10_000, want: { high: 452, recheckAt: PERIOD } },
+        { check: [452, 3], at: 15_000, want: { high: 452, recheckAt: PERIOD } },
+      ],
+    },
+    {
+      name: 'machines beyond even the former limit meet it at once',
+      steps: [
+        { lowered: [603, 3], at: 0 },
+        { check: [603, 3], at: 0, want: { high: 603, recheckAt: PERIOD } },
+      ],
+    },
+    {
+      name: 'ends when the count is under the new limit',
+      steps: [
+        { lowered: [603, 3], at: 0 },
+        { check: [100, 3], at: 0, want: { high: 603, recheckAt: PERIOD } },
+        { check: [2, 3], at: 10_000, want: { high: 3 } },
+        { check: [50, 3], at: 20_000, want: { high: 3 } },
+      ],
+    },
+    {
+      name: 'ends when the count has not fallen for a whole period',
+      steps: [
+        { lowered: [603, 3], at: 0 },
+        { check: [500, 3], at: 0, want: { high: 603, recheckAt: PERIOD } },
+        { check: [500, 3], at: 59_999, want: { high: 502, recheckAt: PERIOD } },
+        { check: [500, 3], at: PERIOD, want: { high: 3 } },
+      ],
+    },
+    {
+      name: 'ignores a raised limit, and a limit raised above the held one wins',
+      steps: [
+        { lowered: [4, 7], at: 0 },
+        { check: [6, 7], at: 1, want: { high: 7 } },
+        { lowered: [7, 4], at: 0 },
+        { check: [10, 9], at: 1, want: { high: 9, recheckAt: PERIOD } },
+      ],
+    },
+    {
+      name: 'a second scale-down keeps what the first one held, with a period from the second one on',
+      steps: [
+        { lowered: [603, 303], at: 0 },
+        { check: [500, 303], at: 10_000, want: { high: 603, recheckAt: 70_000 } },
+        { lowered: [303, 3], at: 20_000 },
+        { check: [500, 3], at: 20_000, want: { high: 502, recheckAt: 80_000 } },
+      ],
+    },
+    {
+      name: 'at start, a set is held at the machines its status reported plus the margin',
+      steps: [
+        { start: 600, at: 0 },
+        { check: [600, 3], at: 0, want: { high: 602, recheckAt: PERIOD } },
+        { check: [550, 3], at: 30_000, want: { high: 602, recheckAt: 90_000 } },
+        { check: [550, 3], at: 90_000, want: { high: 3 } },
+      ],
+    },
+    {
+      name: 'at start, a set whose status reported fewer machines than its limit is judged by the limit',
+      steps: [
+        { start: 3, at: 0 },
+        { check: [3, 5], at: 0, want: { high: 5 } },
+      ],
+    },
+    {
+      name: 'with a margin of 0, a count that stays is not a rise',
+      safetyUp: 0,
+      steps: [
+        { lowered: [10, 0], at: 0 },
+        { check: [5, 0], at: 0, want: { high: 10, recheckAt: PERIOD } },
+        { check: [5, 0], at: 1, want: { high: 6, recheckAt: PERIOD } },
+      ],
+    },
+  ];
+  for (const tc of cases) {
+    it(tc.name, () => {
+      const limits = new LoweredLimits({ safetyUp: tc.safetyUp ?? 2, periodMs: PERIOD });
+      for (const [i, step] of tc.steps.entries()) {
+        if ('lowered' in step) limits.lowered('ns/ms', ...step.lowered, step.at);
+        else if ('start' in step) limits.heldAtStart('ns/ms', step.start, step.at);
+        else expect(limits.check('ns/ms', ...step.check, step.at), `step ${i}`).to.deep.equal(step.want);
+      }
+    });
+  }
 
-  it('ignores a raised limit, and a limit raised above the held one wins', () => {
-    const limits = new LoweredLimits();
-    limits.lowered('ns/ms', 4, 7, 0, HOLD);
-    expect(limits.effective('ns/ms', 7, 1)).to.deep.equal({ high: 7 });
-    limits.lowered('ns/ms', 7, 4, 0, HOLD);
-    expect(limits.effective('ns/ms', 9, 1)).to.deep.equal({ high: 9 });
-  });
-
-  it('two scale-downs in a row hold the highest former limit from the last one on', () => {
-    const limits = new LoweredLimits();
-    limits.lowered('ns/ms', 9, 7, 0, HOLD);
-    limits.lowered('ns/ms', 7, 4, 30_000, HOLD);
-    expect(limits.effective('ns/ms', 4, 80_000)).to.deep.equal({ high: 9, heldUntil: 90_000 });
-  });
-
-  it('at start, a set keeps the machines it last reported for one period', () => {
-    const limits = new LoweredLimits();
-    limits.heldAtStart('ns/ms', 6, 0, HOLD);
-    expect(limits.effective('ns/ms', 4, 1)).to.deep.equal({ high: 7, heldUntil: HOLD });
-    expect(limits.effective('ns/ms', 4, HOLD)).to.deep.equal({ high: 4 });
+  it('keeps sets apart and forgets a deleted one', () => {
+    const limits = new LoweredLimits({ safetyUp: 2, periodMs: PERIOD });
+    limits.lowered('ns/a', 603, 3, 0);
+    expect(limits.check('ns/b', 500, 3, 0)).to.deep.equal({ high: 3 });
+    limits.forget('ns/a');
+    expect(limits.check('ns/a', 500, 3, 0)).to.deep.equal({ high: 3 });
   });
 });
 
@@ -393,7 +476,7 @@ describe('OvershootSafetyController', () => {
     expect(result, 'nothing to look at again').to.deep.equal({});
   });
 
-  it('a plain scale-down keeps the former limit for one period; machines still there after it overshoot', async () => {
+  it('a plain scale-down in which no machine goes for a period is judged by the new limit: the machines still there overshoot', async () => {
     const mcd = machineDeployment('d', 4); // high 4 + 1 + 2 = 7
     const ms = ownedBy(machineSet('ms', 4), mcd);
     env.seed(MachineDeploymentResource, mcd);
@@ -405,7 +488,7 @@ describe('OvershootSafetyController', () => {
     env.api.clearActions();
     const held = await safety.reconcileSet(`${NS}/ms`, rctx);
     expect(env.api.writes(), 'no freeze while the scale-down may run').to.deep.equal([]);
-    expect(held.requeueAfter, 'looked at again when the former limit ends').to.equal(60_000);
+    expect(held.requeueAfter, 'looked at again when the hold could end').to.equal(60_000);
     // Nothing deleted them within the period: now they are an overshoot.
     await env.clock.advance(60_000);
     await safety.reconcileSet(`${NS}/ms`, rctx);
@@ -425,7 +508,7 @@ describe('OvershootSafetyController', () => {
     expect(env.recorder.reasons(), '7 machines >= 7, the former limit').to.deep.equal(['FrozeMachineSet']);
   });
 
-  it('after a start, a set keeps the machines its status reported for one period', async () => {
+  it('after a start, a set is held at the machines its status reported until none has gone for a period', async () => {
     const mcd = machineDeployment('d', 1); // high 4
     const ms = ownedBy(machineSet('ms', 1), mcd);
     ms.status = { replicas: 4 };
@@ -440,7 +523,7 @@ describe('OvershootSafetyController', () => {
       await env.clock.advance(60_000);
       await eventually(
         () => env.recorder.reasons().includes('FrozeMachineSet'),
-        'frozen by the periodic check once the period is over',
+        'frozen once no machine went for a period',
       );
     } finally {
       await safety.stop();
