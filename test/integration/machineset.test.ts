@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 
-import type { CoreEvent, KubeObject } from '../../lib/kube/types.js';
+import type { CoreEvent } from '../../lib/kube/types.js';
 import {
   API_VERSION,
   MachineResource,
@@ -10,10 +10,10 @@ import {
   type MachineSetStatus,
 } from '../../lib/api/types.js';
 import { isTerminating } from '../../lib/controllers/machines.js';
-import type { WatchEvent } from '../../lib/kube/client.js';
-import { CoreResources, type ResourceType } from '../../lib/kube/resources.js';
+import { CoreResources } from '../../lib/kube/resources.js';
 import { startMachineEnv, type MachineEnv } from './env/machineenv.js';
 import { until } from './env/until.js';
+import { watchEvents } from './env/watch.js';
 
 const NS = 'default';
 
@@ -31,33 +31,6 @@ function newMachineSet(name: string, replicas: number): MachineSet {
   };
 }
 
-/**
- * Lists `res` in the namespace, then watches it from that list's resourceVersion, handing every
- * event to `on` until the returned stop is called.
- */
-async function watchEvents<T extends KubeObject>(
-  env: MachineEnv,
-  res: ResourceType,
-  select: { labelSelector?: string; fieldSelector?: string },
-  on: (ev: WatchEvent<T>) => void,
-): Promise<() => Promise<void>> {
-  const list = await env.client.list<T>(res, { namespace: NS });
-  const abort = new AbortController();
-  const stream = await env.client.watch<T>(res, {
-    namespace: NS,
-    resourceVersion: list.metadata.resourceVersion ?? '',
-    ...select,
-    signal: abort.signal,
-  });
-  const done = (async () => {
-    for await (const ev of stream) on(ev);
-  })();
-  return async () => {
-    abort.abort();
-    await done;
-  };
-}
-
 /** Records every machine state the apiserver reports for one MachineSet's machines. */
 class MachineWatch {
   readonly created = new Set<string>();
@@ -72,7 +45,8 @@ class MachineWatch {
 
   async start(): Promise<void> {
     this.stopWatch = await watchEvents<Machine>(
-      this.env,
+      this.env.client,
+      NS,
       MachineResource,
       { labelSelector: `set=${this.setName}` },
       (ev) => {
@@ -105,7 +79,8 @@ class SetStatusWatch {
 
   async start(): Promise<void> {
     this.stopWatch = await watchEvents<MachineSet>(
-      this.env,
+      this.env.client,
+      NS,
       MachineSetResource,
       { fieldSelector: `metadata.name=${this.setName}` },
       (ev) => {
