@@ -127,10 +127,12 @@ export async function applySampleClass(
   namespace: string,
   name: string,
   edit: (c: MachineClass) => void = () => undefined,
+  editSecret: (s: Secret) => void = () => undefined,
 ): Promise<void> {
   const secret = sampleSecret();
   secret.metadata.name = `${name}-secret`;
   secret.metadata.namespace = namespace;
+  editSecret(secret);
   await client.create<Secret>(CoreResources.secrets, secret);
   const cls = sampleMachineClass(cloud, name);
   cls.metadata.namespace = namespace;

@@ -1,6 +1,7 @@
 // An HTTP proxy in front of the EC2 emulator for what the emulator cannot do by itself: EC2 error
 // answers (capacity, throttling) for chosen calls, latency, and answers lost on the way back (the
-// call was executed, the client never learns it). It also counts EC2 calls by action.
+// call was executed, the client never learns it), and real EC2's eventual consistency (a new
+// instance missing from DescribeInstances for a while). It also counts EC2 calls by action.
 
 import http from 'node:http';
 import { randomUUID } from 'node:crypto';
@@ -86,12 +87,69 @@ export class Ec2FaultProxy {
     });
   }
 
+  /** Instance ids DescribeInstances answers leave out, with how many answers still to leave them out of. */
+  private readonly hidden = new Map<string, number>();
+  private hideAnswers = 0;
+  /** DescribeInstances answers an instance was left out of (tests read it). */
+  hiddenAnswers = 0;
+
+  /**
+   * From now on, every instance a RunInstances answer names is left out of the next `answers`
+   * DescribeInstances answers that would list it (0 turns this off), as real EC2 may do for a
+   * while after a launch.
+   */
+  hideNewInstances(answers: number): void {
+    this.hideAnswers = answers;
+    if (answers === 0) this.hidden.clear();
+  }
+
+  /** Leaves the hidden instances' reservations out of a DescribeInstances answer. */
+  private withoutHidden(body: Buffer): Buffer {
+    if (this.hidden.size === 0) return body;
+    const xml = body.toString('utf8');
+    const open = xml.indexOf('<reservationSet>');
+    const close = xml.lastIndexOf('</reservationSet>');
+    if (open < 0 || close < 0) return body;
+    const inner = xml.slice(open + '<reservationSet>'.length, close);
+    // The reservation items: top-level <item> elements of reservationSet (items nest).
+    const kept: string[] = [];
+    let depth = 0;
+    let start = -1;
+    const tag = /<(\/?)item>/g;
+    let removed = false;
+    for (let m = tag.exec(inner); m !== null; m = tag.exec(inner)) {
+      if (m[1] === '') {
+        if (depth === 0) start = m.index;
+        depth++;
+      } else {
+        depth--;
+        if (depth === 0) {
+          const item = inner.slice(start, m.index + m[0].length);
+          const id = /<instanceId>([^<]+)<\/instanceId>/.exec(item)?.[1] ?? '';
+          const left = this.hidden.get(id);
+          if (left === undefined) kept.push(item);
+          else {
+            removed = true;
+            if (left <= 1) this.hidden.delete(id);
+            else this.hidden.set(id, left - 1);
+          }
+        }
+      }
+    }
+    if (!removed) return body;
+    this.hiddenAnswers++;
+    return Buffer.from(
+      `${xml.slice(0, open)}<reservationSet>${kept.join('')}</reservationSet>${xml.slice(close + '</reservationSet>'.length)}`,
+    );
+  }
+
   rule(rule: Ec2FaultRule): void {
     this.rules.push({ rule, used: 0 });
   }
 
   clearRules(): void {
     this.rules = [];
+    this.hideNewInstances(0);
   }
 
   resetCounts(): void {
@@ -99,6 +157,7 @@ export class Ec2FaultProxy {
     this.faulted.clear();
     this.retried.clear();
     this.terminations.clear();
+    this.hiddenAnswers = 0;
   }
 
   private pick(action: string, params: URLSearchParams): Ec2FaultRule | undefined {
@@ -152,7 +211,12 @@ export class Ec2FaultProxy {
           }
           const headers = { ...upRes.headers };
           delete headers['transfer-encoding'];
-          const data = Buffer.concat(out);
+          let data: Buffer = Buffer.concat(out);
+          if (action === 'RunInstances' && this.hideAnswers > 0 && (upRes.statusCode ?? 0) < 300) {
+            for (const m of data.toString('utf8').matchAll(/<instanceId>([^<]+)<\/instanceId>/g))
+              if (m[1] !== undefined) this.hidden.set(m[1], this.hideAnswers);
+          }
+          if (action === 'DescribeInstances') data = this.withoutHidden(data);
           res.writeHead(upRes.statusCode ?? 502, { ...headers, 'content-length': data.length });
           res.end(data);
         });

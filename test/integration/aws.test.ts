@@ -1,6 +1,7 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { gzipSync } from 'node:zlib';
 
 import { expect } from 'chai';
 
@@ -98,8 +99,11 @@ describe('AWS provider on the EC2 emulator (real kube-apiserver, kwok, moto)', f
     cloud.iam.destroy();
   });
 
-  const applySample = (name: string, edit?: (c: MachineClass) => void): Promise<void> =>
-    applySampleClass(env.client, cloud, NS, name, edit);
+  const applySample = (
+    name: string,
+    edit?: (c: MachineClass) => void,
+    editSecret?: (s: Secret) => void,
+  ): Promise<void> => applySampleClass(env.client, cloud, NS, name, edit, editSecret);
 
   /** The machines of a deployment, all Running, each with a Ready Node of its instance. */
   async function runningFleet(app: string, n: number): Promise<Machine[] | undefined> {
@@ -404,6 +408,41 @@ describe('AWS provider on the EC2 emulator (real kube-apiserver, kwok, moto)', f
     await removeDeployment('busy');
   });
 
+  it('srcAndDstChecksEnabled: false with two interfaces, gzipped user data, new instances hidden from DescribeInstances at first: every interface is initialised, the user data arrives byte for byte', async () => {
+    const userData = gzipSync(Buffer.from('#cloud-config\nruncmd: [[echo, hello]]\n'.repeat(20)));
+    await applySample(
+      'nat',
+      (c) => {
+        c.providerSpec.srcAndDstChecksEnabled = false;
+        const first = (c.providerSpec.networkInterfaces as Record<string, unknown>[])[0] ?? {};
+        c.providerSpec.networkInterfaces = [first, { ...first }];
+      },
+      (secret) => {
+        secret.data = { ...(secret.data ?? {}), userData: userData.toString('base64') };
+      },
+    );
+    // Real EC2 may leave a new instance out of DescribeInstances for a while after RunInstances.
+    proxy.hideNewInstances(3);
+    await env.createDeployment('nat', 3, 'nat');
+    await until('3 Running machines', () => runningFleet('nat', 3), 180_000);
+    expect(proxy.hiddenAnswers, 'the emulator hid new instances').to.be.greaterThan(0);
+    const live = await liveInstances();
+    expect(live).to.have.length(3);
+    for (const i of live) {
+      expect(i.NetworkInterfaces, `instance ${i.InstanceId ?? ''}`).to.have.length(2);
+      expect(
+        (i.NetworkInterfaces ?? []).map((n) => n.SourceDestCheck),
+        `the check is off on every interface of ${i.InstanceId ?? ''}`,
+      ).to.deep.equal([false, false]);
+      const ud = await cloud.ec2.send(
+        new DescribeInstanceAttributeCommand({ InstanceId: i.InstanceId, Attribute: 'userData' }),
+      );
+      expect(Buffer.from(ud.UserData?.Value ?? '', 'base64').equals(userData), 'gzipped user data unchanged')
+        .to.be.true;
+    }
+    await removeDeployment('nat');
+  });
+
   it('a rolling update to another machineType replaces every instance within maxSurge 1 / maxUnavailable 0', async () => {
     await applySample('roll-small');
     await applySample('roll-large', (c) => {
@@ -435,12 +474,15 @@ describe('AWS provider on the EC2 emulator (real kube-apiserver, kwok, moto)', f
     const all = await taggedInstances(cloud.ec2);
     const live = all.filter(isLive);
     expect(live.map((i) => i.InstanceType)).to.deep.equal(['m5.large', 'm5.large', 'm5.large']);
+    // Per interface: the emulator does not mirror the primary interface's check on the instance.
+    const checks = (i: Instance): (boolean | undefined)[] =>
+      (i.NetworkInterfaces ?? []).map((n) => n.SourceDestCheck);
     expect(
-      live.map((i) => i.SourceDestCheck),
+      live.flatMap(checks),
       'InitializeMachine disabled the source/destination check (srcAndDstChecksEnabled: false)',
     ).to.deep.equal([false, false, false]);
     expect(
-      all.filter((i) => oldInstances.includes(i.InstanceId ?? '')).map((i) => i.SourceDestCheck),
+      all.filter((i) => oldInstances.includes(i.InstanceId ?? '')).flatMap(checks),
       'the old class left it on',
     ).to.deep.equal([true, true, true]);
     expect(live.map((i) => i.InstanceId ?? '').sort()).to.deep.equal(
