@@ -29,6 +29,7 @@ import type {
   ListMachinesResponse,
   MachineRequest,
 } from '../../driver/driver.js';
+import { RealClock, type Clock } from '../../kube/clock.js';
 import { FencedError } from '../../kube/errors.js';
 import type { WriteFence } from '../../kube/fence.js';
 import type { Secret } from '../../kube/types.js';
@@ -41,7 +42,14 @@ import {
   readUserData,
   secretValues,
 } from './credentials.js';
-import { awsErrorInfo, INSTANCE_NOT_FOUND_CODES, launchFailure, toMachineError } from './errors.js';
+import {
+  THROTTLING_ERROR_CODES,
+  awsErrorInfo,
+  INSTANCE_NOT_FOUND_CODES,
+  launchFailure,
+  toMachineError,
+} from './errors.js';
+import { LaunchPacer } from './pacer.js';
 import { AWS_PLACEMENT_ANNOTATION, NAME_TAG, needsRootDeviceName, runInstancesInput } from './launch.js';
 import { InstanceLookup } from './lookup.js';
 import { parseAwsProviderSpec, type AwsProviderSpec } from './spec.js';
@@ -221,6 +229,8 @@ interface Prepared {
   api: Ec2Api;
   /** The client's coalesced lookups by id and by Name tag. */
   lookup: InstanceLookup;
+  /** The pace of the client's launches (see pacer.ts). */
+  pacer: LaunchPacer;
   region: string;
   /** Secret values to keep out of messages. */
   secrets: string[];
@@ -236,6 +246,8 @@ export interface AwsDriverOptions {
   visibilityBackoffMs?: number;
   /** Wall clock in ms (tests pass a fake). */
   now?: () => number;
+  /** Paces launches after throttling (tests pass a FakeClock). */
+  clock?: Clock;
   /**
    * The leader fence: every EC2 write is checked against it right before each attempt is sent
    * (undefined without leader election).
@@ -244,7 +256,11 @@ export interface AwsDriverOptions {
 }
 
 export class AwsDriver implements Driver {
-  private readonly clients = new Map<string, { api: Ec2Api; lookup: InstanceLookup; usedAt: number }>();
+  private readonly clients = new Map<
+    string,
+    { api: Ec2Api; lookup: InstanceLookup; pacer: LaunchPacer; usedAt: number }
+  >();
+  private readonly clock: Clock;
   private lastSweep = 0;
   private readonly ec2: Ec2ApiFactory;
   private readonly log: Logger;
@@ -269,6 +285,7 @@ export class AwsDriver implements Driver {
     this.visibilityBackoffMs = opts.visibilityBackoffMs ?? 500;
     this.now = opts.now ?? Date.now;
     this.fence = opts.fence;
+    this.clock = opts.clock ?? new RealClock();
   }
 
   private rememberSeen(uid: string | undefined, instance: Instance): void {
@@ -340,12 +357,13 @@ export class AwsDriver implements Driver {
       c = {
         api,
         lookup: new InstanceLookup((Filters, signal) => describeAll(api, { Filters }, signal)),
+        pacer: new LaunchPacer(this.clock),
         usedAt: now,
       };
       this.clients.set(key, c);
     }
     c.usedAt = now;
-    return { api: c.api, lookup: c.lookup, region, secrets: secretValues(secret) };
+    return { api: c.api, lookup: c.lookup, pacer: c.pacer, region, secrets: secretValues(secret) };
   }
 
   /**
@@ -566,8 +584,15 @@ export class AwsDriver implements Driver {
       if (attempt > 0) await sleep(this.backoffMs * 2 ** (attempt - 1) * (0.8 + 0.4 * Math.random()), signal);
       let instance: Instance | undefined;
       try {
-        instance = (await p.api.runInstances(input, signal)).Instances?.[0];
+        await p.pacer.turn(signal);
       } catch (err) {
+        throw toMachineError(err, 'RunInstances', p.secrets);
+      }
+      try {
+        instance = (await p.api.runInstances(input, signal)).Instances?.[0];
+        p.pacer.succeeded();
+      } catch (err) {
+        if (THROTTLING_ERROR_CODES.has(awsErrorInfo(err).code)) p.pacer.throttled();
         const failure = launchFailure(err);
         if (failure === 'fail') throw toMachineError(err, 'RunInstances', p.secrets);
         lastError = err;

@@ -18,6 +18,7 @@ import type {
 
 import type { Machine, MachineClass } from '../../../../lib/api/types.js';
 import { MachineError, decodeMachineError } from '../../../../lib/driver/codes.js';
+import type { Clock, TimerHandle } from '../../../../lib/kube/clock.js';
 import type { Secret } from '../../../../lib/kube/types.js';
 import { nullLogger } from '../../../../lib/observability/logger.js';
 import type { Ec2Api } from '../../../../lib/providers/aws/client.js';
@@ -175,7 +176,31 @@ const machine = (name: string, providerID?: string): Machine => ({
   spec: providerID === undefined ? {} : { providerID },
 });
 
-function setup(clock = { now: 1_000_000 }): { fake: FakeEc2; driver: AwsDriver; regions: string[] } {
+/**
+ * A clock whose sleeps return at once and move its time on by what they slept: a sequence of
+ * paced calls shows its spacing in `monotonic()` without waiting for it.
+ */
+class InstantClock implements Clock {
+  t = 0;
+  now(): number {
+    return this.t;
+  }
+  monotonic(): number {
+    return this.t;
+  }
+  setTimeout(): TimerHandle {
+    throw new Error('not used');
+  }
+  sleep(ms: number): Promise<void> {
+    this.t += ms;
+    return Promise.resolve();
+  }
+}
+
+function setup(
+  clock = { now: 1_000_000 },
+  pace: Clock = new InstantClock(),
+): { fake: FakeEc2; driver: AwsDriver; regions: string[] } {
   const fake = new FakeEc2();
   const regions: string[] = [];
   const driver = new AwsDriver({
@@ -183,6 +208,7 @@ function setup(clock = { now: 1_000_000 }): { fake: FakeEc2; driver: AwsDriver; 
     launchBackoffMs: 0,
     visibilityBackoffMs: 0,
     now: () => clock.now,
+    clock: pace,
     ec2: (region) => {
       regions.push(region);
       return fake;
@@ -316,6 +342,28 @@ describe('AWS provider: driver behaviour (fake EC2)', () => {
       await codeOf(driver.createMachine({ machine: machine('m2'), machineClass: cls(), secret })),
     ).to.match(/^ResourceExhausted: AWS RunInstances failed: InsufficientInstanceCapacity/);
     expect(fake.runs.length - before, 'not retried by the driver').to.equal(1);
+  });
+
+  it('after EC2 throttles a launch, the launches of that account and region are spaced out, and speed up again as they succeed', async () => {
+    const pace = new InstantClock();
+    const { fake, driver } = setup(undefined, pace);
+    const at: number[] = [];
+    fake.beforeRun = (n) => {
+      at.push(pace.monotonic());
+      if (n === 3) throw ec2Error('RequestLimitExceeded', 503);
+    };
+    for (let k = 0; k < 8; k++) {
+      await driver.createMachine({ machine: machine(`m${String(k)}`), machineClass: cls(), secret });
+    }
+    expect(at.slice(0, 3), 'not limited before the first throttle').to.deep.equal([0, 0, 0]);
+    expect(at[3], "the throttled launch's retry").to.equal(0);
+    const gaps = at.slice(4).map((t, k) => t - (at[k + 3] ?? 0));
+    // 2 launches a second right after the throttle (EC2's RunInstances refill), then faster.
+    expect(gaps[0]).to.be.closeTo(500, 1);
+    for (let k = 1; k < gaps.length; k++) {
+      expect(gaps[k]).to.be.greaterThan(300);
+      expect(gaps[k], 'speeding up as launches succeed').to.be.below(gaps[k - 1] ?? 0);
+    }
   });
 
   it('a ClientToken EC2 answers with a terminated instance is replaced by a token of its own', async () => {
