@@ -17,13 +17,13 @@ import type {
 } from '@aws-sdk/client-ec2';
 
 import type { Machine, MachineClass } from '../../../../lib/api/types.js';
-import { MachineError, decodeMachineError } from '../../../../lib/driver/codes.js';
+import { MachineError } from '../../../../lib/driver/codes.js';
 import type { Clock, TimerHandle } from '../../../../lib/kube/clock.js';
 import type { Secret } from '../../../../lib/kube/types.js';
 import { nullLogger } from '../../../../lib/observability/logger.js';
 import type { Ec2Api } from '../../../../lib/providers/aws/client.js';
 import { AwsDriver, parseProviderID } from '../../../../lib/providers/aws/driver.js';
-import { b64, sampleSpec } from './fixtures.js';
+import { b64, cls, codeOf, machine, secret } from './fixtures.js';
 
 const meta = { $metadata: {} };
 const CLUSTER = 'kubernetes.io/cluster/YOUR_CLUSTER_NAME';
@@ -158,24 +158,6 @@ class FakeEc2 implements Ec2Api {
   }
 }
 
-const cls = (over: Record<string, unknown> = {}): MachineClass => ({
-  metadata: { name: 'test-mc', namespace: 'default' },
-  provider: 'AWS',
-  providerSpec: { ...sampleSpec(), region: 'eu-west-1', ...over },
-});
-const secret: Secret = {
-  metadata: { name: 's' },
-  data: {
-    providerAccessKeyId: b64('AKIDUNIT'),
-    providerSecretAccessKey: b64('SECRETUNIT'),
-    userData: b64('#!/bin/ud'),
-  },
-};
-const machine = (name: string, providerID?: string): Machine => ({
-  metadata: { name, namespace: 'default', uid: `uid-${name}` },
-  spec: providerID === undefined ? {} : { providerID },
-});
-
 /**
  * A clock whose sleeps return at once and move its time on by what they slept: a sequence of
  * paced calls shows its spacing in `monotonic()` without waiting for it.
@@ -215,15 +197,6 @@ function setup(
     },
   });
   return { fake, driver, regions };
-}
-
-async function codeOf(p: Promise<unknown>): Promise<string> {
-  try {
-    await p;
-  } catch (err) {
-    return `${decodeMachineError(err).code}: ${decodeMachineError(err).message}`;
-  }
-  return 'OK';
 }
 
 const tagged = (name: string): Partial<Instance> => ({

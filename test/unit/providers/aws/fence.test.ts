@@ -2,16 +2,13 @@ import { Readable } from 'node:stream';
 
 import { expect } from 'chai';
 
-import type { Machine, MachineClass } from '../../../../lib/api/types.js';
-import { decodeMachineError } from '../../../../lib/driver/codes.js';
 import { fenceDriver } from '../../../../lib/driver/fence.js';
 import { FakeClock } from '../../../../lib/kube/clock.js';
 import { LeaseFence } from '../../../../lib/kube/fence.js';
-import type { Secret } from '../../../../lib/kube/types.js';
 import { nullLogger } from '../../../../lib/observability/logger.js';
 import { sdkEc2ApiWith } from '../../../../lib/providers/aws/client.js';
 import { AwsDriver } from '../../../../lib/providers/aws/driver.js';
-import { b64, sampleSpec } from './fixtures.js';
+import { cls, codeOf, machine, secret } from './fixtures.js';
 
 // The real SDK client (its middleware stack, signing and retries) in front of an HTTP handler that
 // answers in memory: what reaches the handler is what would have left the process.
@@ -71,24 +68,6 @@ class EndpointStub {
   };
 }
 
-const cls: MachineClass = {
-  metadata: { name: 'test-mc', namespace: 'default' },
-  provider: 'AWS',
-  providerSpec: { ...sampleSpec(), region: 'eu-west-1' },
-};
-const secret: Secret = {
-  metadata: { name: 's' },
-  data: {
-    providerAccessKeyId: b64('AKIDUNIT'),
-    providerSecretAccessKey: b64('SECRETUNIT'),
-    userData: b64('#!'),
-  },
-};
-const machine = (name: string, providerID?: string): Machine => ({
-  metadata: { name, namespace: 'default', uid: `uid-${name}` },
-  spec: providerID === undefined ? {} : { providerID },
-});
-
 function setup(): {
   stub: EndpointStub;
   clock: FakeClock;
@@ -110,15 +89,6 @@ function setup(): {
   return { stub, clock, fence, driver: fenceDriver('AWS', aws, fence) };
 }
 
-async function codeOf(p: Promise<unknown>): Promise<string> {
-  try {
-    await p;
-  } catch (err) {
-    return `${decodeMachineError(err).code}: ${decodeMachineError(err).message}`;
-  }
-  return 'OK';
-}
-
 describe('AWS provider: every EC2 write is fenced per attempt (real SDK, in-memory endpoint)', () => {
   it('sends no RunInstances when the process froze during the lookup before it and lost the Lease', async () => {
     const { stub, clock, driver } = setup();
@@ -127,7 +97,7 @@ describe('AWS provider: every EC2 write is fenced per attempt (real SDK, in-memo
     stub.onDescribe = () => {
       clock.stall(30_000);
     };
-    const code = await codeOf(driver.createMachine({ machine: machine('m1'), machineClass: cls, secret }));
+    const code = await codeOf(driver.createMachine({ machine: machine('m1'), machineClass: cls(), secret }));
     expect(code).to.match(
       /^Unavailable: AWS RunInstances refused: this process no longer holds the leader Lease/,
     );
@@ -137,7 +107,7 @@ describe('AWS provider: every EC2 write is fenced per attempt (real SDK, in-memo
 
   it('sends RunInstances while the Lease is held', async () => {
     const { stub, driver } = setup();
-    const code = await codeOf(driver.createMachine({ machine: machine('m1'), machineClass: cls, secret }));
+    const code = await codeOf(driver.createMachine({ machine: machine('m1'), machineClass: cls(), secret }));
     // The in-memory endpoint does not answer RunInstances with an instance: what matters is that it was sent.
     expect(code).to.match(/returned no instance/);
     expect(stub.sent).to.include('RunInstances');
@@ -149,7 +119,7 @@ describe('AWS provider: every EC2 write is fenced per attempt (real SDK, in-memo
     stub.onDescribe = () => {
       clock.stall(30_000);
     };
-    const code = await codeOf(driver.deleteMachine({ machine: machine('m1'), machineClass: cls, secret }));
+    const code = await codeOf(driver.deleteMachine({ machine: machine('m1'), machineClass: cls(), secret }));
     expect(code).to.match(/^Unavailable: AWS TerminateInstances refused/);
     expect(stub.sent).to.deep.equal(['DescribeInstances']);
   });
@@ -163,10 +133,7 @@ describe('AWS provider: every EC2 write is fenced per attempt (real SDK, in-memo
     const code = await codeOf(
       driver.initializeMachine({
         machine: machine('m1', 'aws:///eu-west-1/i-0abc'),
-        machineClass: {
-          ...cls,
-          providerSpec: { ...sampleSpec(), region: 'eu-west-1', srcAndDstChecksEnabled: false },
-        },
+        machineClass: cls({ srcAndDstChecksEnabled: false }),
         secret,
       }),
     );
@@ -178,7 +145,7 @@ describe('AWS provider: every EC2 write is fenced per attempt (real SDK, in-memo
     const { stub, fence, driver } = setup();
     fence.revoke('standby');
     stub.instance = { id: 'i-0abc', name: 'm1' };
-    const status = await driver.getMachineStatus({ machine: machine('m1'), machineClass: cls, secret });
+    const status = await driver.getMachineStatus({ machine: machine('m1'), machineClass: cls(), secret });
     expect(status.providerID).to.equal('aws:///eu-west-1/i-0abc');
   });
 });

@@ -1,3 +1,7 @@
+import type { Machine, MachineClass } from '../../../../lib/api/types.js';
+import { decodeMachineError } from '../../../../lib/driver/codes.js';
+import type { Secret } from '../../../../lib/kube/types.js';
+
 /** gardener's sample AWS providerSpec (kubernetes/machine-class.yaml), as a MachineClass holds it. */
 export function sampleSpec(): Record<string, unknown> {
   return {
@@ -35,3 +39,36 @@ export function sampleSpec(): Record<string, unknown> {
 }
 
 export const b64 = (s: string): string => Buffer.from(s, 'utf8').toString('base64');
+
+/** gardener's sample class in eu-west-1, with `over` merged into its providerSpec. */
+export const cls = (over: Record<string, unknown> = {}): MachineClass => ({
+  metadata: { name: 'test-mc', namespace: 'default' },
+  provider: 'AWS',
+  providerSpec: { ...sampleSpec(), region: 'eu-west-1', ...over },
+});
+
+/** A class Secret with static keys and user data. */
+export const secret: Secret = {
+  metadata: { name: 's' },
+  data: {
+    providerAccessKeyId: b64('AKIDUNIT'),
+    providerSecretAccessKey: b64('SECRETUNIT'),
+    userData: b64('#!/bin/ud'),
+  },
+};
+
+/** A machine, with a providerID when it records its instance. */
+export const machine = (name: string, providerID?: string): Machine => ({
+  metadata: { name, namespace: 'default', uid: `uid-${name}` },
+  spec: providerID === undefined ? {} : { providerID },
+});
+
+/** `OK`, or the machine error a call failed with as `<code>: <message>`. */
+export async function codeOf(p: Promise<unknown>): Promise<string> {
+  try {
+    await p;
+  } catch (err) {
+    return `${decodeMachineError(err).code}: ${decodeMachineError(err).message}`;
+  }
+  return 'OK';
+}
