@@ -4,12 +4,7 @@
 
 import { createHash } from 'node:crypto';
 
-import type {
-  Filter,
-  Instance,
-  InstanceNetworkInterface,
-  RunInstancesCommandInput,
-} from '@aws-sdk/client-ec2';
+import type { Filter, Instance, RunInstancesCommandInput } from '@aws-sdk/client-ec2';
 
 import type { NodeAddress } from '../../api/types.js';
 import { MachineError, type MachineErrorVm } from '../../driver/codes.js';
@@ -49,6 +44,7 @@ import {
   launchFailure,
   toMachineError,
 } from './errors.js';
+import { checkableInterfaces, missingIpv6Prefixes, uninitialized } from './initialize.js';
 import { LaunchPacer } from './pacer.js';
 import { AWS_PLACEMENT_ANNOTATION, NAME_TAG, needsRootDeviceName, runInstancesInput } from './launch.js';
 import { InstanceLookup } from './lookup.js';
@@ -86,8 +82,6 @@ const VISIBILITY_MAX_LOOKUPS = 20;
 const FRESH_SIGHTING_MS = 10_000;
 /** An EC2 client not used for this long is closed (e.g. after its credentials were rotated). */
 const CLIENT_IDLE_MS = 30 * 60_000;
-/** Network interfaces whose source/destination check cannot be changed (gardener skips them). */
-const EFA_INTERFACE_TYPES: ReadonlySet<string> = new Set(['efa', 'efa-only']);
 
 function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   return new Promise((resolve, reject) => {
@@ -176,53 +170,6 @@ async function describeAll(
     NextToken = page.NextToken === '' ? undefined : page.NextToken;
   } while (NextToken !== undefined);
   return out;
-}
-
-/**
- * The interfaces of an instance whose source/destination check can be changed (EFA ones cannot),
- * undefined when the answer lists no interfaces.
- */
-function checkableInterfaces(i: Instance): InstanceNetworkInterface[] | undefined {
-  const all = i.NetworkInterfaces ?? [];
-  if (all.length === 0) return undefined;
-  return all.filter((ni) => !EFA_INTERFACE_TYPES.has(ni.InterfaceType ?? ''));
-}
-
-/**
- * The instance's interfaces that have fewer IPv6 prefixes than their entry in the class asks for
- * (`ipv6PrefixCount`, matched by the attachment's device index, as gardener does), with how many
- * are missing.
- */
-function missingIpv6Prefixes(
-  spec: AwsProviderSpec,
-  i: Instance,
-): { ni: InstanceNetworkInterface; missing: number }[] {
-  const out: { ni: InstanceNetworkInterface; missing: number }[] = [];
-  for (const ni of i.NetworkInterfaces ?? []) {
-    const index = ni.Attachment?.DeviceIndex;
-    if (index === undefined) continue;
-    const want = spec.networkInterfaces[index]?.ipv6PrefixCount;
-    const have = ni.Ipv6Prefixes?.length ?? 0;
-    if (want !== undefined && have < want) out.push({ ni, missing: want - have });
-  }
-  return out;
-}
-
-/** What initialisation is still to do on an instance, as a phrase; undefined when none. */
-function uninitialized(spec: AwsProviderSpec, i: Instance): string | undefined {
-  if (spec.srcAndDstChecksEnabled === false) {
-    const interfaces = checkableInterfaces(i);
-    const on =
-      interfaces === undefined
-        ? i.SourceDestCheck === true
-        : interfaces.some((ni) => ni.SourceDestCheck === true);
-    if (on) return 'still has its source/destination check enabled (srcAndDstChecksEnabled: false)';
-  }
-  const missing = missingIpv6Prefixes(spec, i)[0];
-  if (missing !== undefined) {
-    return `has ${missing.missing} IPv6 prefixes fewer than ipv6PrefixCount on network interface ${missing.ni.NetworkInterfaceId ?? ''}`;
-  }
-  return undefined;
 }
 
 interface Prepared {
