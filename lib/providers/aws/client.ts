@@ -1,5 +1,7 @@
 // The EC2 calls the driver makes, behind a small interface (tests pass a fake), and the real
-// client on @aws-sdk/client-ec2: one per region and credentials, reused across calls.
+// client on @aws-sdk/client-ec2: one per region and credentials, reused across calls. The SDK comes
+// from the bundle `npm run build` makes of sdk-entry.ts (the EC2 client and the commands the
+// provider sends, nothing else of the SDK), loaded by the first EC2 call.
 //
 // Every EC2 write is fenced per attempt: a middleware at the last step before a request is handed
 // to the HTTP handler checks the leader fence, so a write that follows an awaited read, or an SDK
@@ -26,11 +28,10 @@ import type {
   TerminateInstancesCommandInput,
   TerminateInstancesCommandOutput,
 } from '@aws-sdk/client-ec2';
-import type * as Ec2Module from '@aws-sdk/client-ec2';
-import type * as WebIdentityModule from '@aws-sdk/credential-provider-web-identity';
 
 import type { WriteFence } from '../../kube/fence.js';
 import type { AwsCredentials } from './credentials.js';
+import type * as SdkEntry from './sdk-entry.js';
 
 export interface Ec2Api {
   /** Sent once: never retried by the client itself. */
@@ -73,25 +74,18 @@ const MAX_ATTEMPTS = 5;
 const REQUEST_TIMEOUT_MS = 30_000;
 const CONNECTION_TIMEOUT_MS = 5_000;
 
-type Ec2Sdk = typeof Ec2Module;
-type WebIdentity = typeof WebIdentityModule;
+/** What the bundle exports: sdk-entry.ts, the part of the SDK the provider runs. */
+export type Ec2Sdk = typeof SdkEntry;
 
-let sdkLoad: Promise<[Ec2Sdk, WebIdentity]> | undefined;
+/** The bundle of sdk-entry.ts (hack/bundle-aws-sdk.mjs), beside this module in dist/. */
+const SDK_BUNDLE = new URL('./sdk-bundle/sdk-entry.js', import.meta.url).href;
 
 /**
- * The EC2 SDK, loaded on the first EC2 call: its module graph costs about 80 MiB of resident
- * memory, which a manager without an AWS class never needs. A failed load is not kept.
+ * The bundled EC2 SDK. @aws-sdk/client-ec2's own module holds every EC2 command and shape: after
+ * the provider's calls a process was 44 MiB larger with it, 12 MiB with the bundle (`npm run bench
+ * sdk-memory`). A manager without an AWS class loads neither.
  */
-function loadSdk(): Promise<[Ec2Sdk, WebIdentity]> {
-  sdkLoad ??= Promise.all([
-    import('@aws-sdk/client-ec2'),
-    import('@aws-sdk/credential-provider-web-identity'),
-  ]).catch((err: unknown) => {
-    sdkLoad = undefined;
-    throw err;
-  });
-  return sdkLoad;
-}
+const loadSdkBundle = (): Promise<Ec2Sdk> => import(SDK_BUNDLE) as Promise<Ec2Sdk>;
 
 interface SdkClients {
   sdk: Ec2Sdk;
@@ -101,14 +95,16 @@ interface SdkClients {
   launcher: EC2Client;
 }
 
-/** Options of the SDK clients (tests pass a request handler that answers in memory). */
+/** Options of the SDK clients. */
 export interface SdkEc2Options {
-  /** Replaces the SDK's HTTP handler (an object with `handle(request)`, as the SDK's own). */
+  /** Replaces the SDK's HTTP handler (an object with `handle(request)`, as the SDK's own): tests. */
   requestHandler?: unknown;
+  /** Where the SDK comes from (default: the bundle; the SDK memory benchmark passes the packages). */
+  loadSdk?: () => Promise<Ec2Sdk>;
 }
 
 function sdkClients(
-  [sdk, webIdentity]: [Ec2Sdk, WebIdentity],
+  sdk: Ec2Sdk,
   region: string,
   credentials: AwsCredentials,
   fence: WriteFence | undefined,
@@ -119,7 +115,7 @@ function sdkClients(
     credentials:
       credentials.kind === 'static'
         ? { accessKeyId: credentials.accessKeyId, secretAccessKey: credentials.secretAccessKey }
-        : webIdentity.fromTokenFile({
+        : sdk.fromTokenFile({
             webIdentityTokenFile: credentials.tokenFile,
             roleArn: credentials.roleARN,
             roleSessionName: 'machine-controller-manager',
@@ -153,15 +149,27 @@ function sdkClients(
   return clients;
 }
 
-/** The real EC2 client for a region and credentials; the SDK is loaded by its first call. */
+/**
+ * The real EC2 clients, on the SDK `opts.loadSdk` gives (the bundle by default), loaded by the
+ * first call of any of them; a failed load is not kept.
+ */
 export function sdkEc2ApiWith(opts: SdkEc2Options = {}): Ec2ApiFactory {
+  const loadSdk = opts.loadSdk ?? loadSdkBundle;
+  let sdkLoad: Promise<Ec2Sdk> | undefined;
+  const load = (): Promise<Ec2Sdk> => {
+    sdkLoad ??= loadSdk().catch((err: unknown) => {
+      sdkLoad = undefined;
+      throw err;
+    });
+    return sdkLoad;
+  };
   return (region, credentials, fence) => {
     let clients: Promise<SdkClients> | undefined;
     let destroyed = false;
     const get = (): Promise<SdkClients> => {
-      clients ??= loadSdk()
-        .then((modules) => {
-          const made = sdkClients(modules, region, credentials, fence, opts);
+      clients ??= load()
+        .then((sdk) => {
+          const made = sdkClients(sdk, region, credentials, fence, opts);
           if (destroyed) {
             made.client.destroy();
             made.launcher.destroy();
@@ -219,5 +227,5 @@ export function sdkEc2ApiWith(opts: SdkEc2Options = {}): Ec2ApiFactory {
   };
 }
 
-/** The real EC2 client of a region and credentials, over the SDK's own HTTP handler. */
+/** The real EC2 client for a region and credentials; the bundled SDK is loaded by the first call. */
 export const sdkEc2Api: Ec2ApiFactory = sdkEc2ApiWith();
