@@ -7,13 +7,16 @@
 # Update deliberately: take the new index digest from there and rebuild.
 ARG NODE_IMAGE=node:22-bookworm-slim@sha256:43ac6c60b8f89723f746e8a92ce91abd5017e627ce1ddfe4238355d3a30b772c
 
-# 1. Compile: every dependency (TypeScript included), then tsc for the manager and lib/ only.
+# 1. Compile: every dependency (TypeScript and esbuild included), then tsc for the manager and lib/
+# only, and the bundle of the AWS SDK part the EC2 provider runs (hack/bundle-aws-sdk.mjs): the SDK's
+# packages are development dependencies, the image has the bundle alone.
 FROM ${NODE_IMAGE} AS build
 WORKDIR /src
 COPY package.json package-lock.json ./
 RUN npm ci --no-audit --no-fund --ignore-scripts
 COPY . .
 RUN npx tsc -p tsconfig.build.json \
+ && node hack/bundle-aws-sdk.mjs \
  && mkdir -p /out \
  && cp -r dist package.json package-lock.json /out/ \
  && if [ -d protos ]; then cp -r protos /out/; fi
