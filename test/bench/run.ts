@@ -4,6 +4,7 @@ import { benchInformer } from './informer.bench.js';
 import { benchLifecycle } from './lifecycle.bench.js';
 import { benchMachineSet } from './machineset.bench.js';
 import { benchScale } from './scale.bench.js';
+import { benchSdkMemory } from './sdk-memory.bench.js';
 import { benchSoak } from './soak.bench.js';
 
 const benches: Record<string, () => Promise<void>> = {
@@ -14,6 +15,7 @@ const benches: Record<string, () => Promise<void>> = {
   scale: benchScale,
   soak: benchSoak,
   aws: benchAws,
+  'sdk-memory': benchSdkMemory,
 };
 
 // Run only when named (`npm run bench soak`): the soak takes 30 minutes (MCM_BENCH_SOAK_MINUTES);
