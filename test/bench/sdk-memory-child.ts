@@ -64,7 +64,7 @@ async function main(): Promise<void> {
   const { tuneRuntime } = await import('../../lib/runtime.js');
   tuneRuntime();
   await import('../../lib/manager.js');
-  const { sdkEc2ApiOn } = await import('../../lib/providers/aws/client.js');
+  const { sdkEc2ApiWith } = await import('../../lib/providers/aws/client.js');
   const baseMiB = rssMiB();
 
   const url = sdkModule(variant);
@@ -74,7 +74,11 @@ async function main(): Promise<void> {
   const loadMs = performance.now() - start;
   const loadedMiB = rssMiB();
 
-  const api = sdkEc2ApiOn(load)('eu-west-1', { kind: 'static', accessKeyId: 'AKID', secretAccessKey: 'S' });
+  const api = sdkEc2ApiWith({ loadSdk: load })('eu-west-1', {
+    kind: 'static',
+    accessKeyId: 'AKID',
+    secretAccessKey: 'S',
+  });
   const ids = Array.from({ length: Number(instances) }, (_, i) => `i-${(0x1000 + i).toString(16)}`);
   // The driver's calls of a machine's life, five machines at a time.
   for (let r = 0; r < Number(rounds); r++) {
