@@ -258,7 +258,7 @@ describe('AWS provider on the EC2 emulator (real kube-apiserver, kwok, moto)', f
     await removeDeployment('wi');
   });
 
-  it('an instance with the cluster and role tags and no machine is terminated by orphan collection', async () => {
+  it('an instance with the cluster and role tags and no machine is terminated by orphan collection; one without a Name tag is left alone', async () => {
     await applySample('orphan-mc');
     await env.createDeployment('orphans', 1, 'orphan-mc');
     const [kept] = await until('1 Running machine', () => runningFleet('orphans', 1), 180_000);
@@ -280,6 +280,18 @@ describe('AWS provider on the EC2 emulator (real kube-apiserver, kwok, moto)', f
     );
     const orphan = run.Instances?.[0]?.InstanceId ?? '';
     expect(orphan).to.match(/^i-/);
+    // The same tags without a Name: nothing proves it is a machine's (gardener would delete it).
+    const unnamed = await cloud.ec2.send(
+      new RunInstancesCommand({
+        ImageId: cloud.ami,
+        InstanceType: 't2.large',
+        MinCount: 1,
+        MaxCount: 1,
+        SubnetId: cloud.subnetId,
+        TagSpecifications: [{ ResourceType: 'instance', Tags: tags.filter((t) => t.Key !== 'Name') }],
+      }),
+    );
+    const foreign = unnamed.Instances?.[0]?.InstanceId ?? '';
 
     await until(
       'the orphan instance terminated',
@@ -287,10 +299,19 @@ describe('AWS provider on the EC2 emulator (real kube-apiserver, kwok, moto)', f
         (await taggedInstances(cloud.ec2)).find((i) => i.InstanceId === orphan)?.State?.Name === 'terminated',
       60_000,
     );
-    const live = (await liveInstances()).map((i) => i.InstanceId);
-    expect(live, "the machine's own instance is kept").to.deep.equal([
-      instanceIdOf(kept.spec?.providerID ?? ''),
-    ]);
+    // Two more orphan passes after the one that terminated the orphan.
+    const passes = async (): Promise<number> => {
+      const metric = await env.manager?.registry.getSingleMetric('controller_runtime_reconcile_total')?.get();
+      return (metric?.values ?? [])
+        .filter((v) => v.labels.controller === 'safety-orphan-vms')
+        .reduce((n, v) => n + v.value, 0);
+    };
+    const after = await passes();
+    await until('two more orphan passes', async () => (await passes()) >= after + 2, 30_000);
+    const live = (await liveInstances()).map((i) => i.InstanceId).sort();
+    expect(live, "the machine's own instance and the unnamed one are kept").to.deep.equal(
+      [instanceIdOf(kept.spec?.providerID ?? ''), foreign].sort(),
+    );
     await removeDeployment('orphans');
   });
 
@@ -323,6 +344,74 @@ describe('AWS provider on the EC2 emulator (real kube-apiserver, kwok, moto)', f
     expect(events[0]?.message).to.match(/ami is required|providerSpec\.ami: Required value/);
     expect(await taggedInstances(cloud.ec2), 'no instance was started').to.deep.equal([]);
     await removeDeployment('no-ami');
+  });
+
+  it("gardener's field semantics: the awsPlacement node-template annotation places the instance, a KMS key goes with encrypted volumes only, no IPv6 prefix count at launch", async () => {
+    const sent: URLSearchParams[] = [];
+    proxy.onAnswer = (action, params) => {
+      if (action === 'RunInstances') sent.push(params);
+    };
+    try {
+      await applySample('placed-mc', (c) => {
+        c.providerSpec.blockDevices = [
+          {
+            deviceName: '/root',
+            ebs: { volumeSize: 20, volumeType: 'gp3', encrypted: true, kmsKeyID: 'kms-root' },
+          },
+          {
+            deviceName: '/dev/sdb',
+            ebs: { volumeSize: 10, volumeType: 'gp3', encrypted: false, kmsKeyID: 'kms-x' },
+          },
+        ];
+      });
+      const placement = { hostId: 'h-0123456789abcdef0', tenancy: 'host' };
+      await env.createDeployment(
+        'placed',
+        1,
+        'placed-mc',
+        {},
+        {
+          nodeTemplate: {
+            metadata: { annotations: { 'machine.sapcloud.io/awsPlacement': JSON.stringify(placement) } },
+          },
+        },
+      );
+      const [m] = await until('1 Running machine', () => runningFleet('placed', 1), 180_000);
+      const params = sent[0];
+      if (params === undefined) expect.fail('no RunInstances seen');
+      expect(params.get('Placement.HostId')).to.equal('h-0123456789abcdef0');
+      expect(params.get('Placement.Tenancy')).to.equal('host');
+      expect(params.get('BlockDeviceMapping.1.Ebs.KmsKeyId'), 'the encrypted root volume').to.equal(
+        'kms-root',
+      );
+      expect(params.has('BlockDeviceMapping.2.Ebs.KmsKeyId'), 'the unencrypted data volume').to.equal(false);
+      const [i] = (await liveInstances()).filter(
+        (x) => x.InstanceId === instanceIdOf(m?.spec?.providerID ?? ''),
+      );
+      expect(i?.Placement?.HostId, 'the emulator placed it as asked').to.equal('h-0123456789abcdef0');
+    } finally {
+      proxy.onAnswer = undefined;
+    }
+    await removeDeployment('placed');
+  });
+
+  it('a class without block devices starts no instance (gardener refuses it too); the machine says why', async () => {
+    await applySample('no-disks-mc', (c) => {
+      delete c.providerSpec.blockDevices;
+    });
+    await env.createDeployment('no-disks', 1, 'no-disks-mc');
+    const machine = await until(
+      'the machine reports its class problem',
+      async () => {
+        const [m] = await env.machines('no-disks');
+        return m?.status?.lastOperation?.description?.includes('blockDevices') === true ? m : undefined;
+      },
+      60_000,
+    );
+    expect(machine.status?.lastOperation?.errorCode).to.equal('InvalidArgument');
+    expect(machine.status?.lastOperation?.description).to.match(/providerSpec\.blockDevices: Required value/);
+    expect(await taggedInstances(cloud.ec2), 'no instance was started').to.deep.equal([]);
+    await removeDeployment('no-disks');
   });
 
   it('a create whose RunInstances answer was lost finds the instance it started: exactly one instance', async () => {
