@@ -191,9 +191,7 @@ export interface AwsDriverOptions {
   launchBackoffMs?: number;
   /** The first pause between visibility lookups after a launch, doubled each time (default 500 ms). */
   visibilityBackoffMs?: number;
-  /** Wall clock in ms (tests pass a fake). */
-  now?: () => number;
-  /** Paces launches after throttling (tests pass a FakeClock). */
+  /** Time: freshness of lookups, idle clients, the pace of launches (tests pass a fake). */
   clock?: Clock;
   /**
    * The leader fence: every EC2 write is checked against it right before each attempt is sent
@@ -213,7 +211,6 @@ export class AwsDriver implements Driver {
   private readonly log: Logger;
   private readonly backoffMs: number;
   private readonly visibilityBackoffMs: number;
-  private readonly now: () => number;
   private readonly fence: WriteFence | undefined;
   /** Instances CreateMachine just saw, by machine UID (see FRESH_SIGHTING_MS). */
   private readonly seen = new Map<string, { instance: Instance; at: number }>();
@@ -230,14 +227,13 @@ export class AwsDriver implements Driver {
     this.log = opts.logger;
     this.backoffMs = opts.launchBackoffMs ?? 500;
     this.visibilityBackoffMs = opts.visibilityBackoffMs ?? 500;
-    this.now = opts.now ?? Date.now;
     this.fence = opts.fence;
     this.clock = opts.clock ?? new RealClock();
   }
 
   private rememberSeen(uid: string | undefined, instance: Instance): void {
     if (uid === undefined || uid === '') return;
-    const now = this.now();
+    const now = this.clock.monotonic();
     if (this.seen.size > 1000) {
       for (const [k, e] of this.seen) if (now - e.at > FRESH_SIGHTING_MS) this.seen.delete(k);
     }
@@ -249,13 +245,13 @@ export class AwsDriver implements Driver {
     if (uid === undefined) return undefined;
     const e = this.seen.get(uid);
     this.seen.delete(uid);
-    if (e === undefined || this.now() - e.at > FRESH_SIGHTING_MS) return undefined;
+    if (e === undefined || this.clock.monotonic() - e.at > FRESH_SIGHTING_MS) return undefined;
     return e.instance.InstanceId === instanceId ? e.instance : undefined;
   }
 
   private rememberAbsent(uid: string | undefined): void {
     if (uid === undefined || uid === '') return;
-    const now = this.now();
+    const now = this.clock.monotonic();
     if (this.absentAt.size > 1000) {
       for (const [k, at] of this.absentAt) if (now - at > FRESH_ABSENCE_MS) this.absentAt.delete(k);
     }
@@ -267,7 +263,7 @@ export class AwsDriver implements Driver {
     if (uid === undefined) return false;
     const at = this.absentAt.get(uid);
     this.absentAt.delete(uid);
-    return at !== undefined && this.now() - at <= FRESH_ABSENCE_MS;
+    return at !== undefined && this.clock.monotonic() - at <= FRESH_ABSENCE_MS;
   }
 
   /** Closes the clients (their sockets). */
@@ -296,7 +292,7 @@ export class AwsDriver implements Driver {
       );
     }
     const key = credentialsFingerprint(region, creds.credentials);
-    const now = this.now();
+    const now = this.clock.monotonic();
     this.closeIdleClients(now);
     let c = this.clients.get(key);
     if (c === undefined) {

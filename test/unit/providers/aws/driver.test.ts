@@ -163,7 +163,7 @@ class FakeEc2 implements Ec2Api {
  * paced calls shows its spacing in `monotonic()` without waiting for it.
  */
 class InstantClock implements Clock {
-  t = 0;
+  constructor(public t = 1_000_000) {}
   now(): number {
     return this.t;
   }
@@ -179,18 +179,18 @@ class InstantClock implements Clock {
   }
 }
 
-function setup(
-  clock = { now: 1_000_000 },
-  pace: Clock = new InstantClock(),
-): { fake: FakeEc2; driver: AwsDriver; regions: string[] } {
+function setup(clock: InstantClock = new InstantClock()): {
+  fake: FakeEc2;
+  driver: AwsDriver;
+  regions: string[];
+} {
   const fake = new FakeEc2();
   const regions: string[] = [];
   const driver = new AwsDriver({
     logger: nullLogger,
     launchBackoffMs: 0,
     visibilityBackoffMs: 0,
-    now: () => clock.now,
-    clock: pace,
+    clock,
     ec2: (region) => {
       regions.push(region);
       return fake;
@@ -247,7 +247,7 @@ describe('AWS provider: driver behaviour (fake EC2)', () => {
   });
 
   it('CreateMachine right after a GetMachineStatus that found nothing sends no second lookup; later it looks again', async () => {
-    const clock = { now: 1_000_000 };
+    const clock = new InstantClock();
     const { fake, driver } = setup(clock);
     const req = { machine: machine('m1'), machineClass: cls(), secret };
     const describeImages = fake.describeImages.bind(fake);
@@ -266,7 +266,7 @@ describe('AWS provider: driver behaviour (fake EC2)', () => {
 
     const req2 = { machine: machine('m2'), machineClass: cls(), secret };
     expect(await codeOf(driver.getMachineStatus(req2))).to.match(/^NotFound/);
-    clock.now += 2_001;
+    clock.t += 2_001;
     await driver.createMachine(req2);
     expect(fake.describes, 'a stale absence is looked at again').to.have.length(5);
     expect(images, 'one DescribeImages per AMI').to.equal(1);
@@ -318,8 +318,8 @@ describe('AWS provider: driver behaviour (fake EC2)', () => {
   });
 
   it('after EC2 throttles a launch, the launches of that account and region are spaced out, and speed up again as they succeed', async () => {
-    const pace = new InstantClock();
-    const { fake, driver } = setup(undefined, pace);
+    const pace = new InstantClock(0);
+    const { fake, driver } = setup(pace);
     const at: number[] = [];
     fake.beforeRun = (n) => {
       at.push(pace.monotonic());
@@ -597,19 +597,19 @@ describe('AWS provider: driver behaviour (fake EC2)', () => {
   });
 
   it('closes the EC2 client of credentials no call used for 30 minutes (a rotated key)', async () => {
-    const clock = { now: 1_000_000 };
+    const clock = new InstantClock();
     const { fake, driver } = setup(clock);
     await driver
       .getMachineStatus({ machine: machine('m1'), machineClass: cls(), secret })
       .catch(() => undefined);
     const rotated: Secret = { ...secret, data: { ...secret.data, providerSecretAccessKey: b64('ROTATED') } };
-    clock.now += 29 * 60_000;
+    clock.t += 29 * 60_000;
     await driver
       .getMachineStatus({ machine: machine('m1'), machineClass: cls(), secret: rotated })
       .catch(() => undefined);
     expect(driver.openClients()).to.equal(2);
     expect(fake.destroyed).to.equal(0);
-    clock.now += 2 * 60_000;
+    clock.t += 2 * 60_000;
     await driver
       .getMachineStatus({ machine: machine('m1'), machineClass: cls(), secret: rotated })
       .catch(() => undefined);
