@@ -10,14 +10,19 @@ class SummaryReporter extends Mocha.reporters.Spec {
   constructor(runner, options) {
     super(runner, options);
     const counts = { passed: 0, failed: 0, skipped: 0 };
+    /** The full titles of the skipped tests, so the summary can name them. */
+    const skippedTests = [];
     runner.on(EVENT_TEST_PASS, () => counts.passed++);
     runner.on(EVENT_TEST_FAIL, () => counts.failed++);
-    runner.on(EVENT_TEST_PENDING, () => counts.skipped++);
+    runner.on(EVENT_TEST_PENDING, (test) => {
+      counts.skipped++;
+      skippedTests.push(test.fullTitle());
+    });
     runner.once(EVENT_RUN_END, () => {
       const file = process.env.MCM_TEST_RESULTS;
       if (file) {
         const suite = process.env.MCM_TEST_SUITE || 'tests';
-        fs.appendFileSync(file, JSON.stringify({ suite, ...counts }) + '\n');
+        fs.appendFileSync(file, JSON.stringify({ suite, ...counts, skippedTests }) + '\n');
       }
     });
   }

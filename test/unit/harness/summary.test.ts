@@ -1,5 +1,5 @@
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 
@@ -53,12 +53,65 @@ describe('test summary (npm test, .ci/run)', () => {
   it('succeeds when every suite ran and passed, summing repeated runs of a suite and naming skips', () => {
     const r = summarize(
       [
-        { suite: 'unit', passed: 3, failed: 0, skipped: 1 },
-        { suite: 'unit', passed: 2, failed: 0, skipped: 0 },
+        { suite: 'unit', passed: 3, failed: 0, skipped: 1, skippedTests: ['client retries a 429'] },
+        { suite: 'unit', passed: 2, failed: 0, skipped: 0, skippedTests: [] },
       ],
       ['unit'],
     );
-    expect(r.out).to.deep.equal(['unit: 5 passed, 0 failed, 1 skipped', '5 passed, 0 failed, 1 skipped']);
+    expect(r.out).to.deep.equal([
+      'unit: 5 passed, 0 failed, 1 skipped',
+      '  skipped: client retries a 429',
+      '5 passed, 0 failed, 1 skipped',
+    ]);
     expect(r.status).to.equal(0);
+  });
+});
+
+describe('mocha configuration of every suite', () => {
+  const configs = readdirSync(repoRoot).filter((f) => /^\.mocharc\..+\.json$/.test(f));
+
+  it('forbids .only and pending tests in every suite, so neither can leave CI green on a subset', () => {
+    expect(configs.sort()).to.deep.equal([
+      '.mocharc.chaos.json',
+      '.mocharc.conformance.json',
+      '.mocharc.e2e.json',
+      '.mocharc.integration.json',
+      '.mocharc.unit.json',
+    ]);
+    for (const f of configs) {
+      const c = JSON.parse(readFileSync(path.join(repoRoot, f), 'utf8')) as Record<string, unknown>;
+      expect(c['forbid-only'], `${f}: forbid-only`).to.equal(true);
+      expect(c['forbid-pending'], `${f}: forbid-pending`).to.equal(true);
+    }
+  });
+
+  it("fails a run with a skipped test or a .only under the unit suite's settings", function () {
+    this.timeout(30_000);
+    const unit = JSON.parse(readFileSync(path.join(repoRoot, '.mocharc.unit.json'), 'utf8')) as Record<
+      string,
+      unknown
+    >;
+    const flags = [
+      ...(unit['forbid-only'] === true ? ['--forbid-only'] : []),
+      ...(unit['forbid-pending'] === true ? ['--forbid-pending'] : []),
+    ];
+    const dir = mkdtempSync(path.join(tmpdir(), 'mcm-mocharc-'));
+    try {
+      const run = (body: string): number | null => {
+        const spec = path.join(dir, 'spec.cjs');
+        writeFileSync(spec, body);
+        return spawnSync(
+          process.execPath,
+          [path.join(repoRoot, 'node_modules', 'mocha', 'bin', 'mocha.js'), '--no-config', ...flags, spec],
+          { encoding: 'utf8' },
+        ).status;
+      };
+      expect(run("it('a', () => {});\nit('b', () => {});"), 'a plain run passes').to.equal(0);
+      expect(run("it('a', () => {});\nit.skip('b', () => {});"), 'a skip').to.not.equal(0);
+      expect(run("it('a', function () { this.skip(); });"), 'a skip at run time').to.not.equal(0);
+      expect(run("it.only('a', () => {});\nit('b', () => {});"), 'an only').to.not.equal(0);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

@@ -1,4 +1,3 @@
-import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync, readFileSync, renameSync, unlinkSync } from 'node:fs';
 import https from 'node:https';
 import type { AddressInfo } from 'node:net';
@@ -13,80 +12,25 @@ import { KubeClient } from '../../../lib/kube/client.js';
 import { FakeClock } from '../../../lib/kube/clock.js';
 import { CoreResources } from '../../../lib/kube/resources.js';
 import type { KubeObject } from '../../../lib/kube/types.js';
+import { createCA, issueCertificate, type CertKey } from '../../harness/certs.js';
 
-function openssl(args: string[], cwd: string): void {
-  execFileSync('openssl', args, { cwd, stdio: 'ignore' });
-}
-
-function haveOpenssl(): boolean {
-  try {
-    execFileSync('openssl', ['version'], { stdio: 'ignore' });
-    return true;
-  } catch {
-    return false;
-  }
-}
-
-/** A CA, a server certificate for 127.0.0.1, and client certificates for alice and bob. */
+/**
+ * A CA, a server certificate for 127.0.0.1, and client certificates for alice and bob, as PEM files
+ * (made in-process by the test harness: no openssl needed, so the tests always run).
+ */
 function makePki(dir: string): void {
-  openssl(
-    [
-      'req',
-      '-x509',
-      '-newkey',
-      'rsa:2048',
-      '-nodes',
-      '-keyout',
-      'ca.key',
-      '-out',
-      'ca.crt',
-      '-days',
-      '1',
-      '-subj',
-      '/CN=test-ca',
-    ],
-    dir,
-  );
-  writeFileSync(path.join(dir, 'san.ext'), 'subjectAltName=IP:127.0.0.1\n');
-  const issue = (name: string, ext: boolean): void => {
-    openssl(
-      [
-        'req',
-        '-newkey',
-        'rsa:2048',
-        '-nodes',
-        '-keyout',
-        `${name}.key`,
-        '-out',
-        `${name}.csr`,
-        '-subj',
-        `/CN=${name}`,
-      ],
-      dir,
-    );
-    openssl(
-      [
-        'x509',
-        '-req',
-        '-in',
-        `${name}.csr`,
-        '-CA',
-        'ca.crt',
-        '-CAkey',
-        'ca.key',
-        '-CAcreateserial',
-        '-out',
-        `${name}.crt`,
-        '-days',
-        '1',
-        ...(ext ? ['-extfile', 'san.ext'] : []),
-      ],
-      dir,
-    );
+  const ca = createCA('test-ca', 1);
+  const write = (name: string, ck: CertKey): void => {
+    writeFileSync(path.join(dir, `${name}.crt`), ck.certPem);
+    writeFileSync(path.join(dir, `${name}.key`), ck.keyPem);
   };
-  issue('server', true);
-  issue('alice', false);
-  issue('bob', false);
+  writeFileSync(path.join(dir, 'ca.crt'), ca.certPem);
+  write(
+    'server',
+    issueCertificate(ca, { commonName: 'server', ips: ['127.0.0.1'], usages: ['server'], days: 1 }),
+  );
+  write('alice', issueCertificate(ca, { commonName: 'alice', usages: ['client'], days: 1 }));
+  write('bob', issueCertificate(ca, { commonName: 'bob', usages: ['client'], days: 1 }));
 }
 
 describe('KubeClient credentials (client certificate files)', function () {
@@ -96,7 +40,6 @@ describe('KubeClient credentials (client certificate files)', function () {
   let port: number;
 
   before(function () {
-    if (!haveOpenssl()) this.skip();
     dir = mkdtempSync(path.join(tmpdir(), 'mcm-creds-'));
     makePki(dir);
     const s = https.createServer(
