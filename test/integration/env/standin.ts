@@ -23,10 +23,14 @@ export interface StandInOptions {
 }
 
 /**
- * A test stand-in for the machine controller (a later issue): it adds the machine finalizer,
- * moves machines '' → Pending → Running after a delay, and on deletion marks them Terminating and
- * removes the finalizer after a delay, so MachineSet/MachineDeployment behaviour can be tested
- * against a real apiserver without a provider.
+ * A test stand-in for the machine controller: it adds the machine finalizer, moves machines
+ * '' → Pending → Running after a delay, and on deletion marks them Terminating and removes the
+ * finalizer after a delay. The real machine controller exists (lib/controllers/machine/) and is
+ * what the lifecycle, AWS, drain and e2e suites run; the MachineSet, MachineDeployment, overshoot
+ * and manager suites keep this stand-in on purpose: their subject is the set and deployment
+ * controllers, and the stand-in makes the machines' phases and timing exact and fast (no VMs, no
+ * nodes, no drain), so a rollout's bounds and a set's counts are asserted without a provider's
+ * timing in between.
  */
 export class StandInMachineController {
   private readonly informer: Informer<Machine>;
