@@ -48,23 +48,15 @@ const CHART_MANAGED_FLAGS = [
   'nodes',
 ];
 /** Chart-managed flags of the gRPC server (issue 9), which may not be in this build yet. */
-const GRPC_FLAGS = CHART_MANAGED_FLAGS.filter((f) => f.startsWith('grpc-') || f === 'nodes');
 /** Flags the manager accepts but the chart pins (only 'leases' exists). */
 const PINNED_FLAGS = ['leader-elect-resource-lock'];
-
-/**
- * Metric families the alerts and the dashboard use that come with work not in this build yet:
- * the API-server freeze (issue 10), MCM's MachineSet families (issue 11) and the gRPC server's
- * per-RPC metrics (issue 9). Every other family they use must be exported by the manager.
- */
-const PENDING_METRICS = new Set<string>([]);
 
 /** Flag names the manager's --help lists. */
 function managerFlags(): string[] {
   return [...usage().matchAll(/^ {2}--([a-z0-9-]+)/gm)].map((m) => m[1] ?? '');
 }
 
-const grpcInThisBuild = (): boolean => managerFlags().includes('grpc-address');
+const managerHasGrpcServer = (): boolean => managerFlags().includes('grpc-address');
 
 interface Container {
   args: string[];
@@ -245,12 +237,10 @@ describe('Helm chart charts/machine-controller-manager', function () {
         ),
         'manager flags the chart cannot set (add them to values.schema.json flags)',
       ).to.deep.equal([]);
-      const missing = CHART_MANAGED_FLAGS.filter((f) => !known.includes(f));
       expect(
-        missing.filter((f) => !GRPC_FLAGS.includes(f)),
+        CHART_MANAGED_FLAGS.filter((f) => !known.includes(f)),
         'the chart passes flags the manager does not have',
       ).to.deep.equal([]);
-      if (missing.length > 0) console.log(`      (gRPC flags not in this build yet: ${missing.join(', ')})`);
     });
 
     it('refuses more than one replica without leader election, saying what to change', async () => {
@@ -1150,30 +1140,30 @@ describe('Helm chart charts/machine-controller-manager', function () {
       );
       const manifest = await helmK.run(['get', 'manifest', RELEASE, '--namespace', NS]);
       const deployment = findDoc(parseManifests(manifest.stdout), 'Deployment');
-      const grpc = grpcInThisBuild();
+      expect(
+        managerHasGrpcServer(),
+        'the manager lists --grpc-address: its gRPC server is checked below',
+      ).to.equal(true);
       const metricsPort = await freePort();
       const grpcPort = await freePort();
-      if (grpc) {
-        // The files of the Deployment's projected gRPC TLS volume, as the kubelet would mount them.
-        for (const [secret, key, file] of grpcTlsFiles(deployment)) {
-          const r = await kubectl(['get', 'secret', secret, '-n', NS, '-o', 'json']);
-          expect(r.code, r.stderr).to.equal(0);
-          const data = (JSON.parse(r.stdout) as { data: Record<string, string> }).data;
-          writeFileSync(path.join(work, file), Buffer.from(data[key] ?? '', 'base64'));
-        }
+
+      // The files of the Deployment's projected gRPC TLS volume, as the kubelet would mount them.
+      for (const [secret, key, file] of grpcTlsFiles(deployment)) {
+        const r = await kubectl(['get', 'secret', secret, '-n', NS, '-o', 'json']);
+        expect(r.code, r.stderr).to.equal(0);
+        const data = (JSON.parse(r.stdout) as { data: Record<string, string> }).data;
+        writeFileSync(path.join(work, file), Buffer.from(data[key] ?? '', 'base64'));
       }
+
       const args = container(deployment).args.flatMap((a): string[] => {
         if (a.startsWith('--control-kubeconfig=')) return [`--control-kubeconfig=${kubeconfig}`];
         if (a.startsWith('--address=')) return ['--address=127.0.0.1'];
         if (a.startsWith('--port=')) return [`--port=${metricsPort}`];
-        if (!grpc && (a.startsWith('--grpc-') || a.startsWith('--nodes='))) return [];
         if (a.startsWith('--grpc-address=')) return [`--grpc-address=127.0.0.1:${grpcPort}`];
         if (a.startsWith('--grpc-') && a.includes('/etc/mcm/grpc-tls/'))
           return [a.replace('/etc/mcm/grpc-tls', work)];
         return [a];
       });
-      if (!grpc)
-        console.log('      (gRPC server not in this build: started without the --grpc-* and --nodes flags)');
       expect(args).to.include(`--namespace=${NS}`);
       expect(args).to.include('--leader-elect=true');
 
@@ -1276,43 +1266,41 @@ describe('Helm chart charts/machine-controller-manager', function () {
           /secret\/bootstrap-token-[0-9a-z]{6}/,
         );
 
-        if (grpc) {
-          // The gRPC server took the chart's server certificate and serves the chart's client
-          // certificate for the Service name, as cluster-autoscaler will present them; a client
-          // certificate of the server CA (the server's own, which carries clientAuth) is refused.
-          const secret = async (name: string): Promise<(k: string) => Buffer> => {
-            const r = await kubectl(['get', 'secret', name, '-n', NS, '-o', 'json']);
-            const data = (JSON.parse(r.stdout) as { data: Record<string, string> }).data;
-            return (k) => Buffer.from(data[k] ?? '', 'base64');
-          };
-          const clientPem = await secret(`${FULLNAME}-autoscaler-client-tls`);
-          const serverPem = await secret(`${FULLNAME}-grpc-server-tls`);
-          const dial = (cert: Buffer, key: Buffer): CloudProviderClient =>
-            cloudProviderClient(
-              `127.0.0.1:${grpcPort}`,
-              credentials.createSsl(clientPem('ca.crt'), key, cert),
-              {
-                'grpc.ssl_target_name_override': `${FULLNAME}-grpc.${NS}.svc`,
-                'grpc.use_local_subchannel_pool': 1,
-              },
-            );
-          const autoscaler = dial(clientPem('tls.crt'), clientPem('tls.key'));
-          const intruder = dial(serverPem('tls.crt'), serverPem('tls.key'));
+        // The gRPC server took the chart's server certificate and serves the chart's client
+        // certificate for the Service name, as cluster-autoscaler will present them; a client
+        // certificate of the server CA (the server's own, which carries clientAuth) is refused.
+        const secret = async (name: string): Promise<(k: string) => Buffer> => {
+          const r = await kubectl(['get', 'secret', name, '-n', NS, '-o', 'json']);
+          const data = (JSON.parse(r.stdout) as { data: Record<string, string> }).data;
+          return (k) => Buffer.from(data[k] ?? '', 'base64');
+        };
+        const clientPem = await secret(`${FULLNAME}-autoscaler-client-tls`);
+        const serverPem = await secret(`${FULLNAME}-grpc-server-tls`);
+        const dial = (cert: Buffer, key: Buffer): CloudProviderClient =>
+          cloudProviderClient(
+            `127.0.0.1:${grpcPort}`,
+            credentials.createSsl(clientPem('ca.crt'), key, cert),
+            {
+              'grpc.ssl_target_name_override': `${FULLNAME}-grpc.${NS}.svc`,
+              'grpc.use_local_subchannel_pool': 1,
+            },
+          );
+        const autoscaler = dial(clientPem('tls.crt'), clientPem('tls.key'));
+        const intruder = dial(serverPem('tls.crt'), serverPem('tls.key'));
+        try {
+          const groups = (await autoscaler.call('NodeGroups')).nodeGroups as { id: string }[];
+          expect(groups.map((g) => g.id)).to.deep.equal([`${NS}/workers`]);
+          let code: number | undefined;
           try {
-            const groups = (await autoscaler.call('NodeGroups')).nodeGroups as { id: string }[];
-            expect(groups.map((g) => g.id)).to.deep.equal([`${NS}/workers`]);
-            let code: number | undefined;
-            try {
-              await intruder.call('NodeGroups');
-            } catch (err) {
-              code = grpcCode(err);
-            }
-            // Refused at the handshake (UNAVAILABLE); PERMISSION_DENIED would also keep it out.
-            expect([status.UNAVAILABLE, status.PERMISSION_DENIED]).to.include(code);
-          } finally {
-            autoscaler.close();
-            intruder.close();
+            await intruder.call('NodeGroups');
+          } catch (err) {
+            code = grpcCode(err);
           }
+          // Refused at the handshake (UNAVAILABLE); PERMISSION_DENIED would also keep it out.
+          expect([status.UNAVAILABLE, status.PERMISSION_DENIED]).to.include(code);
+        } finally {
+          autoscaler.close();
+          intruder.close();
         }
 
         // Every metric family the alerts and the dashboard use is exported (or comes with pending work).
@@ -1333,11 +1321,8 @@ describe('Helm chart charts/machine-controller-manager', function () {
           ),
         );
         used.delete('up'); // Prometheus's own
-        const unknown = [...used].filter((m) => !exported.has(m) && !PENDING_METRICS.has(m));
+        const unknown = [...used].filter((m) => !exported.has(m));
         expect(unknown, 'alerts or dashboard use metrics the manager does not export').to.deep.equal([]);
-        const pending = [...PENDING_METRICS].filter((m) => !exported.has(m));
-        if (pending.length > 0)
-          console.log(`      (metrics that come with pending work: ${pending.join(', ')})`);
 
         const scale = await kubectl([
           'scale',
