@@ -560,6 +560,11 @@ describe('AWS provider on the EC2 emulator (real kube-apiserver, kwok, moto)', f
     await watch.stop();
     expect(watch.maxTotal, 'never more than replicas + maxSurge machines').to.be.at.most(4);
     expect(watch.minRunning, 'never fewer than replicas - maxUnavailable Running').to.be.at.least(3);
+    // The watch saw the rollout itself: old and new machines at once, each new one created and
+    // each old one deleted while it watched.
+    expect(watch.mixed, 'old and new machines existed at once').to.equal(true);
+    expect(watch.created.size, 'new machines created while watched').to.equal(3);
+    expect(watch.deleted.size, 'old machines deleted while watched').to.equal(3);
     const all = await taggedInstances(cloud.ec2);
     const live = all.filter(isLive);
     expect(live.map((i) => i.InstanceType)).to.deep.equal(['m5.large', 'm5.large', 'm5.large']);

@@ -12,7 +12,7 @@ import type {
   PodDisruptionBudget,
 } from '../../lib/kube/types.js';
 import { LifecycleEnv, NS, phaseOf } from './env/lifecycle.js';
-import { until } from './env/until.js';
+import { unlessNotFound, until } from './env/until.js';
 
 const PDBS = {
   group: 'policy',
@@ -68,12 +68,7 @@ async function podsRunning(env: LifecycleEnv, names: string[]): Promise<void> {
 }
 
 async function gone(env: LifecycleEnv, name: string): Promise<boolean> {
-  try {
-    await env.client.get(MachineResource, name, NS);
-    return false;
-  } catch {
-    return true;
-  }
+  return (await unlessNotFound(env.client.get(MachineResource, name, NS))) === undefined;
 }
 
 describe('drain of a deleted machine’s node (real kube-apiserver, kube-controller-manager, kube-scheduler, kwok)', function () {
@@ -122,14 +117,10 @@ describe('drain of a deleted machine’s node (real kube-apiserver, kube-control
     expect(description).to.contain('pod default/web-1');
     expect(description).to.match(/are deleted without eviction/);
     expect(blocked.status?.deletionStep).to.equal('DrainNode');
-    await until('the unprotected pod is evicted', async () => {
-      try {
-        await env.client.get(CoreResources.pods, 'free-1', NS);
-        return false;
-      } catch {
-        return true;
-      }
-    });
+    await until(
+      'the unprotected pod is evicted',
+      async () => (await unlessNotFound(env.client.get(CoreResources.pods, 'free-1', NS))) === undefined,
+    );
     const events = await env.client.list<CoreEvent>(CoreResources.events, {
       namespace: NS,
       fieldSelector: `involvedObject.name=${node}`,
@@ -240,12 +231,8 @@ describe('drain of a deleted machine’s node (real kube-apiserver, kube-control
       while (deletedAt.size < 2) {
         for (const n of ['db-a', 'db-b']) {
           if (deletedAt.has(n)) continue;
-          try {
-            const p = await env.client.get<Pod>(CoreResources.pods, n, NS);
-            if (p.metadata.deletionTimestamp !== undefined) deletedAt.set(n, Date.now());
-          } catch {
-            deletedAt.set(n, Date.now());
-          }
+          const p = await unlessNotFound(env.client.get<Pod>(CoreResources.pods, n, NS));
+          if (p === undefined || p.metadata.deletionTimestamp !== undefined) deletedAt.set(n, Date.now());
         }
         await new Promise((r) => setTimeout(r, 100));
       }
@@ -297,14 +284,10 @@ describe('drain of a deleted machine’s node (real kube-apiserver, kube-control
       { metadata: { finalizers: null } },
       { type: 'merge', namespace: NS },
     );
-    await until('the class is gone', async () => {
-      try {
-        await env.client.get(MachineClassResource, 'doomed', NS);
-        return false;
-      } catch {
-        return true;
-      }
-    });
+    await until(
+      'the class is gone',
+      async () => (await unlessNotFound(env.client.get(MachineClassResource, 'doomed', NS))) === undefined,
+    );
     await env.scale('orphaned', 0);
     await until('the machine is gone', () => gone(env, node), 60_000);
     const left = (await env.nodes()).filter((n) => n.metadata.name === node);

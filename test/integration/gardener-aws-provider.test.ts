@@ -211,6 +211,11 @@ describe('beside gardener’s AWS machine-controller (provider-aws v0.28.0, real
     await watch.stop();
     expect(watch.maxTotal, 'never more than replicas + maxSurge machines').to.be.at.most(3);
     expect(watch.minRunning, 'never fewer than replicas - maxUnavailable Running').to.be.at.least(2);
+    // The watch saw the rollout itself: old and new machines at once, each new one created and
+    // each old one deleted while it watched.
+    expect(watch.mixed, 'old and new machines existed at once').to.equal(true);
+    expect(watch.created.size, 'new machines created while watched').to.equal(2);
+    expect(watch.deleted.size, 'old machines deleted while watched').to.equal(2);
     await until('the old instances terminated', async () => {
       const all = await taggedInstances(cloud.ec2);
       return old.every((id) => all.find((i) => i.InstanceId === id)?.State?.Name === 'terminated');

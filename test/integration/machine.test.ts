@@ -15,6 +15,7 @@ import { CoreResources } from '../../lib/kube/resources.js';
 import type { ConfigMap, CoreEvent, Node, Secret } from '../../lib/kube/types.js';
 import { LifecycleEnv, NS, nodeTemplate, phaseOf } from './env/lifecycle.js';
 import { until } from './env/until.js';
+import { watchEvents } from './env/watch.js';
 
 const isReady = (n: Node): boolean =>
   n.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
@@ -44,12 +45,14 @@ async function eventsFor(env: LifecycleEnv, name: string): Promise<CoreEvent[]> 
   return list.items;
 }
 
-/** Records every phase a deployment's machines pass through, as the apiserver reports it. */
+/**
+ * Records every phase a deployment's machines pass through, as the apiserver reports it. stop()
+ * fails when the watch failed or ended early (a missed phase would go unnoticed otherwise).
+ */
 class PhaseRecorder {
   readonly transitions: { machine: string; phase: string; at: number; errorCode: string | undefined }[] = [];
   private readonly last = new Map<string, string>();
-  private readonly abort = new AbortController();
-  private done: Promise<void> | undefined;
+  private stopWatch: (() => Promise<void>) | undefined;
 
   constructor(
     private readonly env: LifecycleEnv,
@@ -57,19 +60,16 @@ class PhaseRecorder {
   ) {}
 
   async start(): Promise<void> {
-    const list = await this.env.client.list<Machine>(MachineResource, { namespace: NS });
-    const stream = await this.env.client.watch<Machine>(MachineResource, {
-      namespace: NS,
-      labelSelector: `app=${this.app}`,
-      resourceVersion: list.metadata.resourceVersion ?? '',
-      signal: this.abort.signal,
-    });
-    this.done = (async () => {
-      for await (const ev of stream) {
-        if (ev.type !== 'ADDED' && ev.type !== 'MODIFIED') continue;
+    this.stopWatch = await watchEvents<Machine>(
+      this.env.client,
+      NS,
+      MachineResource,
+      { labelSelector: `app=${this.app}` },
+      (ev) => {
+        if (ev.type !== 'ADDED' && ev.type !== 'MODIFIED') return;
         const name = ev.object.metadata.name ?? '';
         const phase = phaseOf(ev.object);
-        if (this.last.get(name) === phase) continue;
+        if (this.last.get(name) === phase) return;
         this.last.set(name, phase);
         this.transitions.push({
           machine: name,
@@ -77,8 +77,8 @@ class PhaseRecorder {
           at: Date.now(),
           errorCode: ev.object.status?.lastOperation?.errorCode,
         });
-      }
-    })().catch(() => undefined);
+      },
+    );
   }
 
   phasesOf(machine: string): string[] {
@@ -86,8 +86,7 @@ class PhaseRecorder {
   }
 
   async stop(): Promise<void> {
-    this.abort.abort();
-    await this.done;
+    await this.stopWatch?.();
   }
 }
 

@@ -14,7 +14,7 @@ import {
 import { isAvailable, isTerminating } from '../../lib/controllers/machines.js';
 import { CoreResources } from '../../lib/kube/resources.js';
 import { startMachineEnv, type MachineEnv } from './env/machineenv.js';
-import { until } from './env/until.js';
+import { unlessNotFound, until } from './env/until.js';
 
 const NS = 'default';
 /** Machines of this class fail instead of becoming Running (stand-in machine controller). */
@@ -511,7 +511,7 @@ describe('MachineDeployment controller against a real kube-apiserver', function 
     await complete('gone', 'v1', 2);
     await env.client.delete(MachineDeploymentResource, 'gone', { namespace: NS });
     await until('deployment, sets and machines gone', async () => {
-      const mcd = await get('gone').catch(() => undefined);
+      const mcd = await unlessNotFound(get('gone'));
       return mcd === undefined &&
         (await setsOf('gone')).length === 0 &&
         (await machinesOf('gone')).length === 0

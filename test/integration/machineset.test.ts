@@ -12,7 +12,7 @@ import {
 import { isTerminating } from '../../lib/controllers/machines.js';
 import { CoreResources } from '../../lib/kube/resources.js';
 import { startMachineEnv, type MachineEnv } from './env/machineenv.js';
-import { until } from './env/until.js';
+import { unlessNotFound, until } from './env/until.js';
 import { watchEvents } from './env/watch.js';
 
 const NS = 'default';
@@ -251,9 +251,12 @@ describe('MachineSet controller against a real kube-apiserver', function () {
      * duration of a pass and the watch's delivery jitter, which the one write of slack covers.
      */
     const expectPaced = (phase: string, from: number): void => {
+      // The watch saw the phase: its status changes, down to the settled counts.
+      expect(watch.writes.length, `${phase}: status changes seen`).to.be.greaterThan(from);
       const paced = watch.countOnly(from);
       const first = paced[0];
       const last = paced.at(-1);
+      // Fewer than two count-only writes cannot be closer than the pacing allows.
       if (first === undefined || last === undefined || paced.length < 2) return;
       const spanMs = last.at - first.at;
       expect(paced.length, `${phase}: count-only status writes over ${spanMs} ms`).to.be.at.most(
@@ -291,7 +294,7 @@ describe('MachineSet controller against a real kube-apiserver', function () {
     await env.client.delete(MachineSetResource, 'gone', { namespace: NS });
     await until('machines and set gone', async () => {
       const ms = await machinesOf('gone');
-      const set = await env.client.get(MachineSetResource, 'gone', NS).catch(() => undefined);
+      const set = await unlessNotFound(env.client.get(MachineSetResource, 'gone', NS));
       return ms.length === 0 && set === undefined ? true : undefined;
     });
   });

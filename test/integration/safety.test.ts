@@ -13,7 +13,7 @@ import type { CoreEvent, Node, NodeCondition } from '../../lib/kube/types.js';
 import { DEFAULT_SHAPE } from '../../lib/providers/virtual/spec.js';
 import { buildVmNode } from '../../lib/providers/virtual/vm.js';
 import { LifecycleEnv, NS, phaseOf } from './env/lifecycle.js';
-import { until } from './env/until.js';
+import { unlessNotFound, until } from './env/until.js';
 
 const NOT_MANAGED = 'node.machine.sapcloud.io/not-managed-by-mcm';
 
@@ -38,21 +38,12 @@ async function passes(env: LifecycleEnv, controller: string): Promise<number> {
     .reduce((sum, v) => sum + v.value, 0);
 }
 
-async function getMachine(env: LifecycleEnv, name: string): Promise<Machine | undefined> {
-  try {
-    return await env.client.get<Machine>(MachineResource, name, NS);
-  } catch {
-    return undefined;
-  }
+function getMachine(env: LifecycleEnv, name: string): Promise<Machine | undefined> {
+  return unlessNotFound(env.client.get<Machine>(MachineResource, name, NS));
 }
 
 async function nodeExists(env: LifecycleEnv, name: string): Promise<boolean> {
-  try {
-    await env.client.get<Node>(CoreResources.nodes, name);
-    return true;
-  } catch {
-    return false;
-  }
+  return (await unlessNotFound(env.client.get<Node>(CoreResources.nodes, name))) !== undefined;
 }
 
 /** A virtual VM made behind the manager's back: its Node, as the virtual cloud records it. */
@@ -177,12 +168,7 @@ describe('provider-side safety: orphan VMs and nodes without machines (real kube
 });
 
 async function classExists(env: LifecycleEnv, name: string): Promise<boolean> {
-  try {
-    await env.client.get(MachineClassResource, name, NS);
-    return true;
-  } catch {
-    return false;
-  }
+  return (await unlessNotFound(env.client.get(MachineClassResource, name, NS))) !== undefined;
 }
 
 describe('provider-side safety: VMs whose providerID write was lost outlive neither machine nor class (real kube-apiserver)', function () {

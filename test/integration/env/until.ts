@@ -1,3 +1,5 @@
+import { isNotFound } from '../../../lib/kube/errors.js';
+
 /**
  * Polls fn until it returns a value other than undefined/false and returns that value. Tests use
  * it to wait for an observable outcome with a deadline instead of sleeping a fixed time.
@@ -20,5 +22,18 @@ export async function until<T>(
       throw new Error(`timed out waiting for ${what}${last instanceof Error ? `: ${last.message}` : ''}`);
     }
     await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+/**
+ * What a read returns, or undefined when the object does not exist (NotFound). Any other error is
+ * thrown: an unreachable API server or a bad request must not read as "gone".
+ */
+export async function unlessNotFound<T>(read: Promise<T>): Promise<T | undefined> {
+  try {
+    return await read;
+  } catch (err) {
+    if (isNotFound(err)) return undefined;
+    throw err;
   }
 }

@@ -5,9 +5,10 @@ import type { ResourceType } from '../../../lib/kube/resources.js';
 import type { KubeObject } from '../../../lib/kube/types.js';
 
 /**
- * Lists `res` in `namespace`, then watches it from that list's resourceVersion, handing every
- * event to `on` until the returned stop is called. A watch that failed, sent an ERROR event or
- * ended before stop has missed states: stop then rejects, so the test that relied on it fails.
+ * Lists `res` in `namespace` (the selected objects go to `listed`), then watches it from that
+ * list's resourceVersion, handing every event to `on` until the returned stop is called. A watch
+ * that failed, sent an ERROR event or ended before stop has missed states: stop then rejects, so
+ * the test that relied on it fails.
  */
 export async function watchEvents<T extends KubeObject>(
   client: KubeApi,
@@ -15,8 +16,10 @@ export async function watchEvents<T extends KubeObject>(
   res: ResourceType,
   select: { labelSelector?: string; fieldSelector?: string },
   on: (ev: WatchEvent<T>) => void,
+  listed: (items: T[]) => void = () => undefined,
 ): Promise<() => Promise<void>> {
-  const list = await client.list<T>(res, { namespace });
+  const list = await client.list<T>(res, { namespace, ...select });
+  listed(list.items);
   const abort = new AbortController();
   const stream = await client.watch<T>(res, {
     namespace,
