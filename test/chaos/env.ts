@@ -162,6 +162,11 @@ export interface MeasureSpec {
 export interface Measured {
   analysis: Analysis;
   orphans: string[];
+  /**
+   * After convergence: each live machine of the deployment with the number of VMs that name it
+   * (exactly one is right; empty when the operation did not converge).
+   */
+  vmsPerMachine: [string, number][];
   convergeMs: number;
 }
 
@@ -366,6 +371,23 @@ export class ChaosEnv {
       .map((n) => n.metadata.name ?? '');
   }
 
+  /** Each live machine of a deployment (by name prefix) with the number of VMs that name it. */
+  async vmsPerMachine(deployment: string): Promise<[string, number][]> {
+    const nodes = (
+      await this.client.list<Node>(CoreResources.nodes, { labelSelector: 'virtual.mcm-ts.io/vm=true' })
+    ).items;
+    const machines = (await this.client.list<Machine>(MachineResource, { namespace: NS })).items.filter(
+      (m) => !isDeleting(m as never) && (m.metadata.name ?? '').startsWith(`${deployment}-`),
+    );
+    const count = new Map(machines.map((m) => [`${NS}/${m.metadata.name ?? ''}`, 0]));
+    for (const n of nodes) {
+      const key = n.metadata.annotations?.['virtual.mcm-ts.io/machine'] ?? '';
+      const c = count.get(key);
+      if (c !== undefined) count.set(key, c + 1);
+    }
+    return [...count].sort(([a], [b]) => a.localeCompare(b));
+  }
+
   async scale(name: string, replicas: number): Promise<void> {
     await this.client.scale(MachineDeploymentResource, name, NS, replicas);
   }
@@ -424,6 +446,7 @@ export class ChaosEnv {
         toRev,
       });
       const orphans = converged ? await this.orphanVMs() : [];
+      const vmsPerMachine = converged ? await this.vmsPerMachine(spec.deployment) : [];
       const report = await spec.report?.().catch((err: unknown) => `report failed: ${String(err)}`);
       if (report !== undefined) notes.push(report);
       const restarts = this.replicas.reduce((n, r) => n + r.exits.length, 0) - restartsBefore;
@@ -441,7 +464,7 @@ export class ChaosEnv {
         wronglyDeleted: analysis.wronglyDeleted.length,
         notes: notes.join('; '),
       });
-      measured = { analysis, orphans, convergeMs };
+      measured = { analysis, orphans, vmsPerMachine, convergeMs };
     }
     return measured;
   }
@@ -470,6 +493,27 @@ export function expectClean(m: Measured): void {
       (d) => `${d.machine} (${d.phase || 'creating'}, class ${d.class}): ${d.why}`,
     ),
     'machines deleted that were not chosen',
+  ).to.deep.equal([]);
+}
+
+/**
+ * What a plain scale promises beyond expectClean (which allows replicas + maxSurge machines and
+ * counts a surplus machine's deletion as chosen): exactly `created` machines and VMs created and
+ * `deleted` machines deleted while it ran (nothing beyond the target, nothing removed again), and
+ * exactly one VM for every live machine of the deployment afterwards (no second VM for a machine).
+ */
+export function expectExactly(m: Measured, want: { created: number; deleted: number }): void {
+  expectClean(m);
+  expect(m.analysis.machinesCreated, 'machines created').to.equal(want.created);
+  expect(
+    m.analysis.deletions.map((d) => `${d.machine} (${d.why})`),
+    'machines deleted',
+  ).to.have.length(want.deleted);
+  expect(m.analysis.vmsCreated, 'VMs created').to.equal(want.created);
+  expect(m.vmsPerMachine.length, 'live machines after convergence').to.be.greaterThan(0);
+  expect(
+    m.vmsPerMachine.filter(([, n]) => n !== 1),
+    'live machines without exactly one VM',
   ).to.deep.equal([]);
 }
 

@@ -5,7 +5,7 @@
 import { expect } from 'chai';
 
 import { until } from '../integration/env/until.js';
-import { ChaosEnv, expectClean, seconds, size } from './env.js';
+import { ChaosEnv, expectExactly, seconds, size } from './env.js';
 
 describe('chaos 1: kill -9 of the leader during a scale-up', function () {
   this.timeout(600_000);
@@ -45,6 +45,7 @@ describe('chaos 1: kill -9 of the leader during a scale-up', function () {
       },
       timeoutMs: 300_000,
     });
-    expectClean(m);
+    expectExactly(m, { created: replicas, deleted: 0 });
+    expect(m.vmsPerMachine, 'every machine of the target').to.have.length(replicas);
   });
 });

@@ -4,7 +4,7 @@
 
 import { expect } from 'chai';
 
-import { ChaosEnv, expectClean, size } from './env.js';
+import { ChaosEnv, expectExactly, size } from './env.js';
 
 describe('chaos 4: 30 % provider errors and 2 s latency', function () {
   this.timeout(900_000);
@@ -56,7 +56,8 @@ describe('chaos 4: 30 % provider errors and 2 s latency', function () {
       report: reporter(e, await calls(e), injected),
       timeoutMs: 420_000,
     });
-    expectClean(m);
+    expectExactly(m, { created: up, deleted: 0 });
+    expect(m.vmsPerMachine, 'every machine of the target').to.have.length(up);
     expect(injected.failed, 'errors were injected').to.be.greaterThan(0);
   });
 
@@ -72,7 +73,8 @@ describe('chaos 4: 30 % provider errors and 2 s latency', function () {
       report: reporter(e, await calls(e), injected),
       timeoutMs: 420_000,
     });
-    expectClean(m);
+    expectExactly(m, { created: 0, deleted: up - down });
+    expect(m.vmsPerMachine, 'every machine of the target').to.have.length(down);
     expect(injected.failed, 'errors were injected').to.be.greaterThan(0);
   });
 });
