@@ -5,6 +5,7 @@ import { CoreResources } from '../../lib/kube/resources.js';
 import type { Node, Pod } from '../../lib/kube/types.js';
 import { LifecycleEnv, NS, phaseOf } from './env/lifecycle.js';
 import { until } from './env/until.js';
+import { watchEvents } from './env/watch.js';
 
 const PRESERVE = 'node.machine.sapcloud.io/preserve';
 
@@ -149,6 +150,20 @@ describe('machine preservation (real kube-apiserver, kwok running pods)', functi
       key: 'node.machine.sapcloud.io/preserved',
       effect: 'NoSchedule',
     });
+    // Every state of the node from the user's cordon on: none may be schedulable again.
+    let cordoned = false;
+    const uncordoned: string[] = [];
+    const stopWatch = await watchEvents<Node>(
+      env.client,
+      '',
+      CoreResources.nodes,
+      { fieldSelector: `metadata.name=${name}` },
+      (ev) => {
+        if (ev.type === 'DELETED') return;
+        if (ev.object.spec?.unschedulable === true) cordoned = true;
+        else if (cordoned) uncordoned.push(ev.object.metadata.resourceVersion ?? '');
+      },
+    );
     await env.client.patch(CoreResources.nodes, name, { spec: { unschedulable: true } }, { type: 'merge' });
     await env.client.patch(
       CoreResources.nodes,
@@ -172,6 +187,9 @@ describe('machine preservation (real kube-apiserver, kwok running pods)', functi
     expect(got.metadata.annotations?.['node.machine.sapcloud.io/last-applied-node-preserve-value']).to.equal(
       'false',
     );
+    await stopWatch();
+    expect(cordoned, "the watch saw the user's cordon").to.equal(true);
+    expect(uncordoned, 'node states after the cordon that were schedulable again').to.deep.equal([]);
     await env.scale('cordon', 0);
   });
 });
