@@ -156,7 +156,7 @@ describe('leader election on a real Lease (two processes)', function () {
     return leader;
   }
 
-  it('elects exactly one leader and hands over within lease duration plus a retry period after SIGKILL of the leader', async () => {
+  it('elects exactly one leader and, after SIGKILL of the leader, hands over within the lease duration plus one jittered retry period (and 1 s for the new leader to report)', async () => {
     const a = new Candidate(cp, 'kill-test', 'candidate-a');
     const b = new Candidate(cp, 'kill-test', 'candidate-b');
     candidates.push(a, b);
@@ -176,7 +176,7 @@ describe('leader election on a real Lease (two processes)', function () {
     expect(exclusive.violations).to.deep.equal([]);
   });
 
-  it('hands over at once (within one retry period) when the leader stops gracefully and releases the Lease', async () => {
+  it('hands over within one jittered retry period (and 1.5 s for the exit and the report) when the leader stops gracefully and releases the Lease', async () => {
     const a = new Candidate(cp, 'release-test', 'candidate-c');
     const b = new Candidate(cp, 'release-test', 'candidate-d');
     candidates.push(a, b);

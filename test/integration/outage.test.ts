@@ -28,7 +28,7 @@ describe('manager: a kube-apiserver outage in the log', function () {
     await (cp as ControlPlane | undefined)?.stop();
   });
 
-  it('warns while the API server is down and logs one info line per informer and client once it is back', async () => {
+  it('warns while the API server is down and ends each warned outage of an informer or client with one recovery line once it is back', async () => {
     const logger = new CapturingLogger();
     const config: ManagerConfig = {
       ...defaultConfig,
