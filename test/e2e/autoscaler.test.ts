@@ -8,16 +8,22 @@ import path from 'node:path';
 
 import { expect } from 'chai';
 
-import { MachineDeploymentResource, type Machine, type MachineDeployment } from '../../lib/api/types.js';
+import {
+  MachineDeploymentResource,
+  MachineResource,
+  type Machine,
+  type MachineDeployment,
+} from '../../lib/api/types.js';
 import { GroupAnnotation } from '../../lib/autoscaler/groups.js';
 import type { KubeClient } from '../../lib/kube/client.js';
 import { isNotFound } from '../../lib/kube/errors.js';
 import type { Node, Pod } from '../../lib/kube/types.js';
-import { startAutoscaler, requireAutoscaler, type Autoscaler } from '../harness/autoscaler.js';
+import { backOffOf, startAutoscaler, requireAutoscaler, type Autoscaler } from '../harness/autoscaler.js';
 import { createMtlsBundle, writeMtlsBundle } from '../harness/certs.js';
 import { autoscalerVersions } from '../harness/tools.js';
 import { LifecycleEnv, NS, nodeTemplate } from '../integration/env/lifecycle.js';
 import { until } from '../integration/env/until.js';
+import { watchEvents } from '../integration/env/watch.js';
 import { AppsDeployments, nodeFillingDeployment } from '../harness/workload.js';
 
 const isReady = (n: Node): boolean =>
@@ -25,6 +31,7 @@ const isReady = (n: Node): boolean =>
 
 /** How long the spare groups' nodes take from NotReady to Ready: short, but a real boot. */
 const BOOT_DELAY = '2s';
+const ROLLOUT_BOOT_DELAY = '15s';
 
 function seconds(since: number): string {
   return `${((Date.now() - since) / 1000).toFixed(1)}s`;
@@ -207,6 +214,12 @@ describe('cluster-autoscaler e2e (real autoscaler, kube-scheduler, kwok)', funct
         expect(ca?.log() ?? '', 'the best-fitting group was tried first').to.contain(
           `Scale-up: setting group ${NS}/${p}-full size to`,
         );
+        // Backed off for its machine's ResourceExhausted, not after max-node-provision-time.
+        const backOff = backOffOf(ca?.log() ?? '', `${NS}/${p}-full`);
+        expect(backOff.outOfResource, 'the autoscaler backed the full group off as OutOfResource').to.equal(
+          true,
+        );
+        expect(backOff.timedOut, "the full group's scale-up did not time out").to.equal(false);
         const spare = await machinesOf(`${p}-spare`);
         const nodes = await env.nodes();
         const spareNodes = new Set(spare.map((m) => m.metadata.labels?.node ?? m.metadata.name));
@@ -259,9 +272,32 @@ describe('cluster-autoscaler e2e (real autoscaler, kube-scheduler, kwok)', funct
 
       it('scales up during a rollout and the rollout completes', async () => {
         const t0 = Date.now();
+        // The deployment's replicas and its machines, in etcd's order (one resourceVersion counter
+        // for every object): when the autoscaler raised replicas, and when the last machine of the
+        // old class went away.
+        let scaledUpAt: number | undefined;
+        let lastOldGoneAt = 0;
+        const rv = (o: { metadata: { resourceVersion?: string } }): number =>
+          Number(o.metadata.resourceVersion ?? 0);
+        const stopDeploymentWatch = await watchEvents<MachineDeployment>(
+          client,
+          NS,
+          MachineDeploymentResource,
+          { fieldSelector: `metadata.name=${p}-spare` },
+          (ev) => {
+            if ((ev.object.spec?.replicas ?? 0) > 1) scaledUpAt ??= rv(ev.object);
+          },
+        );
+        const stopMachineWatch = await watchEvents<Machine>(client, NS, MachineResource, {}, (ev) => {
+          if (ev.type === 'DELETED' && ev.object.spec?.class?.name === `${p}-spare`)
+            lastOldGoneAt = Math.max(lastOldGoneAt, rv(ev.object));
+        });
+        // The new class's nodes boot for longer than the autoscaler takes to notice the pending
+        // pods, so the rollout is still under way when it raises replicas (with the short boot the
+        // rollout could end first, and the test would prove nothing about the overlap).
         await env.createClass(
           `${p}-spare-v2`,
-          { bootDelay: BOOT_DELAY },
+          { bootDelay: ROLLOUT_BOOT_DELAY },
           {
             nodeTemplate: nodeTemplate({
               capacity: { cpu: '4', memory: '8Gi', pods: '20' },
@@ -300,8 +336,15 @@ describe('cluster-autoscaler e2e (real autoscaler, kube-scheduler, kwok)', funct
           180_000,
         );
         console.log(`      [${version}] scale-up during a rollout: ${seconds(t0)}`);
+        await stopDeploymentWatch();
+        await stopMachineWatch();
         const mcd = await client.get<MachineDeployment>(MachineDeploymentResource, `${p}-spare`, NS);
         expect(mcd.spec?.replicas, 'grown from 1 during the rollout').to.be.greaterThanOrEqual(2);
+        expect(scaledUpAt, 'the watch saw replicas raised').to.not.equal(undefined);
+        expect(
+          lastOldGoneAt,
+          'a machine of the old class still existed when the autoscaler raised replicas',
+        ).to.be.greaterThan(scaledUpAt ?? Number.POSITIVE_INFINITY);
       });
     });
   }

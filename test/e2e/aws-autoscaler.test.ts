@@ -18,7 +18,7 @@ import {
 import { GroupAnnotation } from '../../lib/autoscaler/groups.js';
 import { CoreResources } from '../../lib/kube/resources.js';
 import type { Node, Pod, Secret } from '../../lib/kube/types.js';
-import { startAutoscaler, requireAutoscaler, type Autoscaler } from '../harness/autoscaler.js';
+import { backOffOf, startAutoscaler, requireAutoscaler, type Autoscaler } from '../harness/autoscaler.js';
 import { createMtlsBundle, writeMtlsBundle } from '../harness/certs.js';
 import {
   CLUSTER_TAG,
@@ -176,6 +176,12 @@ describe('cluster-autoscaler with two AWS node groups on the EC2 emulator (real 
       );
     });
     expect(scarceTried, 'the best-fitting group was tried first').to.equal(true);
+    // Backed off for its machine's ResourceExhausted, not after max-node-provision-time.
+    const backOff = backOffOf(ca?.log() ?? '', `${NS}/${POOL}-scarce`);
+    expect(backOff.outOfResource, 'the autoscaler backed the scarce group off as OutOfResource').to.equal(
+      true,
+    );
+    expect(backOff.timedOut, "the scarce group's scale-up did not time out").to.equal(false);
     expect(exhausted?.status?.lastOperation?.description, 'its machine said why').to.include(
       'InsufficientInstanceCapacity',
     );

@@ -312,3 +312,20 @@ export function requireAutoscaler(version: string): void {
   const reason = autoscalerUnavailableReason(version);
   if (reason !== undefined) throw new Error(`cannot run cluster-autoscaler ${version}: ${reason}`);
 }
+
+/**
+ * Whether a cluster-autoscaler log says it backed `group` off for lack of resources (errorClass
+ * OutOfResource: what our server reports for a ResourceExhausted machine), and whether it says the
+ * group's scale-up timed out (max-node-provision-time), which would back it off as well.
+ */
+export function backOffOf(log: string, group: string): { outOfResource: boolean; timedOut: boolean } {
+  const lines = log.split('\n');
+  return {
+    outOfResource: lines.some(
+      (l) =>
+        l.includes(`Disabling scale-up for node group ${group} until`) &&
+        l.includes('errorClass=OutOfResource'),
+    ),
+    timedOut: lines.some((l) => l.includes(`Scale-up timed out for node group ${group} after`)),
+  };
+}
