@@ -392,6 +392,8 @@ export class Manager {
       clock: this.clock,
       logger: this.log,
       registry: this.registry,
+      providerPrice: (provider, req) => this.providers.nodePrice(provider, req),
+      recorder: this.recorderFor(EventSource.AutoscalerProvider),
       unhealthy: () => {
         if (!this.synced) return 'caches are not synced';
         if (this.fence?.allowed() === false) return 'this replica does not hold the leader Lease';

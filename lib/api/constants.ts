@@ -407,6 +407,8 @@ export const EventSource = {
   MachineSetController: 'machineset-controller',
   MachineDeploymentController: 'machinedeployment-controller',
   MachineController: 'machine-controller',
+  /** The externalgrpc server: events about autoscaler annotations it refuses. */
+  AutoscalerProvider: 'mcm-autoscaler-provider',
 } as const;
 export type EventSource = ValueOf<typeof EventSource>;
 

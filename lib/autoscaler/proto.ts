@@ -8,7 +8,9 @@ import type { ServiceDefinition } from '@grpc/grpc-js';
 import { loadSync } from '@grpc/proto-loader';
 import protobuf from 'protobufjs';
 
+import { quantityNanos } from '../api/quantity.js';
 import type { Node } from '../kube/types.js';
+import { readGetOptionsRequest } from './options-wire.js';
 
 /** protos/ at the package root; this module runs as dist/lib/autoscaler/proto.js. */
 function protosDir(): string {
@@ -41,8 +43,13 @@ function serviceOf(file: string, name: string): ServiceDefinition {
 let cloudProvider: ServiceDefinition | undefined;
 let health: ServiceDefinition | undefined;
 
-/** Methods whose answer never depends on the request: it is not decoded. */
-const REQUEST_IGNORED = new Set(['NodeGroupGetOptions']);
+/**
+ * Requests read by a reader of their own instead of the generated decoder: NodeGroupGetOptions
+ * comes for every node in every loop, and only its id and the bytes of its defaults matter.
+ */
+const REQUEST_READERS: Record<string, (buf: Buffer) => unknown> = {
+  NodeGroupGetOptions: (buf) => readGetOptionsRequest(buf),
+};
 
 /**
  * The CloudProvider service definition (loaded once), tuned for the autoscaler's call pattern:
@@ -60,7 +67,7 @@ export function cloudProviderService(): ServiceDefinition {
           {
             ...def,
             responseSerialize: (value: unknown) => (Buffer.isBuffer(value) ? value : serialize(value)),
-            ...(REQUEST_IGNORED.has(name) ? { requestDeserialize: () => ({}) } : {}),
+            ...(REQUEST_READERS[name] === undefined ? {} : { requestDeserialize: REQUEST_READERS[name] }),
           },
         ];
       }),
@@ -74,6 +81,16 @@ export function encodeResponse(method: string, value: Record<string, unknown>): 
   const def = serviceOf('externalgrpc.proto', CLOUD_PROVIDER_SERVICE)[method];
   if (def === undefined) throw new Error(`${CLOUD_PROVIDER_SERVICE} has no method ${method}`);
   return def.responseSerialize(value);
+}
+
+let optionsType: protobuf.Type | undefined;
+
+/** Decodes a NodeGroupAutoscalingOptions message (the defaults of a GetOptions request). */
+export function decodeOptionsMessage(bytes: Uint8Array): Record<string, unknown> {
+  optionsType ??= protobuf
+    .loadSync(path.join(protosDir(), 'externalgrpc.proto'))
+    .lookupType('clusterautoscaler.cloudprovider.v1.externalgrpc.NodeGroupAutoscalingOptions');
+  return optionsType.toObject(optionsType.decode(bytes), { longs: Number, defaults: false });
 }
 
 export function healthService(): ServiceDefinition {
@@ -151,4 +168,57 @@ export function encodeNode(node: Node): Buffer {
 export function decodeNode(bytes: Uint8Array): Record<string, unknown> {
   const type = nodeMessage();
   return type.toObject(type.decode(bytes), { longs: Number, defaults: false });
+}
+
+let podType: protobuf.Type | undefined;
+
+interface WirePod {
+  metadata?: { name?: string; namespace?: string };
+  spec?: {
+    containers?: WireContainer[];
+    initContainers?: WireContainer[];
+    overhead?: Record<string, { string?: string }>;
+  };
+}
+
+interface WireContainer {
+  resources?: { requests?: Record<string, { string?: string }> };
+  restartPolicy?: string;
+}
+
+function amount(list: Record<string, { string?: string }> | undefined, name: string): number {
+  const q = list?.[name]?.string;
+  if (q === undefined) return 0;
+  const n = quantityNanos(q);
+  return n === undefined || n < 0n ? 0 : Number(n) / 1e9;
+}
+
+/**
+ * The CPU (cores) and memory (bytes) a pod requests, from its protobuf encoding (Go's
+ * v1.Pod.Marshal): the containers and sidecar init containers together, or the largest regular
+ * init container if that is more, plus the pod overhead (the scheduler's rule).
+ */
+export function decodePodRequests(bytes: Uint8Array): { name: string; cpu: number; memory: number } {
+  podType ??= protobuf.loadSync(path.join(protosDir(), 'k8s-pod.proto')).lookupType('k8s.io.api.core.v1.Pod');
+  const pod = podType.toObject(podType.decode(bytes), { longs: Number, defaults: false }) as WirePod;
+  const total = { cpu: 0, memory: 0 };
+  const init = { cpu: 0, memory: 0 };
+  const running = [
+    ...(pod.spec?.containers ?? []),
+    ...(pod.spec?.initContainers ?? []).filter((c) => c.restartPolicy === 'Always'),
+  ];
+  for (const c of running) {
+    total.cpu += amount(c.resources?.requests, 'cpu');
+    total.memory += amount(c.resources?.requests, 'memory');
+  }
+  for (const c of pod.spec?.initContainers ?? []) {
+    if (c.restartPolicy === 'Always') continue;
+    init.cpu = Math.max(init.cpu, amount(c.resources?.requests, 'cpu'));
+    init.memory = Math.max(init.memory, amount(c.resources?.requests, 'memory'));
+  }
+  return {
+    name: `${pod.metadata?.namespace ?? ''}/${pod.metadata?.name ?? ''}`,
+    cpu: Math.max(total.cpu, init.cpu) + amount(pod.spec?.overhead, 'cpu'),
+    memory: Math.max(total.memory, init.memory) + amount(pod.spec?.overhead, 'memory'),
+  };
 }

@@ -19,7 +19,9 @@ import { replicasOf } from '../api/replicas.js';
 import { MachineDeploymentResource, type MachineClass, type MachineDeployment } from '../api/types.js';
 import type { SharedInformers } from '../controllers/context.js';
 import { hasJoined } from '../controllers/machines.js';
+import type { NodePriceAnswer, NodePriceRequest } from '../driver/registry.js';
 import type { KubeApi } from '../kube/client.js';
+import type { EventRecorder } from '../kube/events.js';
 import type { Clock } from '../kube/clock.js';
 import { FencedError, errorMessage, isConflict, isNotFound } from '../kube/errors.js';
 import type { WriteFence } from '../kube/fence.js';
@@ -40,9 +42,19 @@ import { carriesTemplate, instanceOf, isRegistered, machineOfPlaceholder } from 
 import { GroupLookup, type NodeRef } from './lookup.js';
 import { RefusalLog, clientIdentity, describeClient, isAllowedClient } from './authz.js';
 import { autoscalerMetrics, callRecorder, type AutoscalerMetrics, type CallRecorder } from './metrics.js';
+import { decodeDefaults, encodeGetOptionsResponse, type GetOptionsRequest } from './options-wire.js';
+import {
+  hasOverrides,
+  mergeOptions,
+  parseOptionAnnotations,
+  type OptionOverrides,
+  type WireOptions,
+} from './options.js';
+import { PriceBook } from './prices.js';
 import {
   CLOUD_PROVIDER_SERVICE,
   cloudProviderService,
+  decodePodRequests,
   encodeNode,
   encodeResponse,
   healthService,
@@ -77,6 +89,10 @@ export interface AutoscalerServerOptions {
   registry: Registry;
   /** Why the machine API cannot be trusted right now (caches not synced, API frozen), or undefined. */
   unhealthy: () => string | undefined;
+  /** A node's price from its class's provider (ProviderRegistry.nodePrice); none: providers price nothing. */
+  providerPrice?: ((provider: string, req: NodePriceRequest) => NodePriceAnswer) | undefined;
+  /** Events about the deployments and classes whose autoscaler annotations are refused. */
+  recorder?: EventRecorder | undefined;
 }
 
 interface WireNode {
@@ -95,21 +111,33 @@ const num = (v: unknown): number => (typeof v === 'number' ? v : Number.NaN);
 /** Waits between conflict retries of one scaling write (each re-reads the deployment first). */
 const CONFLICT_RETRY_MS = 50;
 
-/**
- * The answer to every NodeGroupGetOptions call, built once: the autoscaler asks for every node in
- * every loop (two calls per node at 5,000 nodes), and an Error's stack capture was the largest
- * cost of the call in our own code.
- */
-const GET_OPTIONS_UNIMPLEMENTED = unimplemented(
-  'per-group autoscaling options are not served: the externalgrpc protocol has no field for ' +
-    'MaxNodeStartupTime, so answering would zero it; the autoscaler uses its flags',
-);
-
 /** A group's encoded answers, valid while its deployment is this object. */
 interface GroupAnswers {
   mcd: DeepReadonly<MachineDeployment> | undefined;
   forNode: Buffer;
   targetSize: Buffer | undefined;
+  /** The options its annotations set (undefined: none, the autoscaler's defaults apply). */
+  options: OptionOverrides | undefined;
+  /** NodeGroupGetOptions answers by the bytes of the defaults they were asked with. */
+  optionAnswers: Map<string, Buffer>;
+}
+
+/** NodeGroupGetOptions for a group without options: no options, so the autoscaler uses its flags. */
+const NO_OPTIONS = encodeGetOptionsResponse(undefined);
+
+/** Distinct defaults remembered per group (the autoscaler sends one set; a restart may change it). */
+const MAX_OPTION_ANSWERS = 4;
+
+interface WireTime {
+  seconds?: number | null;
+  nanos?: number | null;
+}
+
+/** A Timestamp (1.35+) or metav1.Time (<= 1.34) in epoch milliseconds; NaN when absent. */
+function timeOf(ts: unknown, legacy: unknown): number {
+  const t = (ts ?? legacy) as WireTime | null | undefined;
+  if (t === null || t === undefined) return Number.NaN;
+  return (t.seconds ?? 0) * 1000 + (t.nanos ?? 0) / 1e6;
 }
 
 let notAutoscaledAnswer: Buffer | undefined;
@@ -135,7 +163,9 @@ export class AutoscalerServer {
   >();
   private readonly healthWatchers = new Set<ServerWritableStream<unknown, unknown>>();
   private readonly allowedClients: ReadonlySet<string>;
+  private readonly optionProblems = new Set<string>();
   private readonly refusals: RefusalLog;
+  private readonly prices: PriceBook;
   private tls: ReloadingServerTls | undefined;
   private serving = false;
   port = 0;
@@ -146,15 +176,20 @@ export class AutoscalerServer {
     this.metrics = autoscalerMetrics(opts.registry);
     this.allowedClients = new Set(opts.tls?.allowedClientNames ?? []);
     this.refusals = new RefusalLog(opts.clock, this.log);
+    this.prices = new PriceBook({
+      lookup: this.lookup,
+      informers: opts.informers,
+      providerPrice:
+        opts.providerPrice ?? ((provider) => ({ unknown: `provider ${provider} has no prices` })),
+      recorder: opts.recorder,
+      logger: this.log,
+      registry: opts.registry,
+    });
     const handlers: Record<string, Handler> = {
       NodeGroups: () => this.nodeGroups(),
       NodeGroupForNode: (req) => this.nodeGroupForNode(req.node as WireNode | undefined),
-      PricingNodePrice: () => {
-        throw unimplemented('pricing is not configured (the price expander is not supported)');
-      },
-      PricingPodPrice: () => {
-        throw unimplemented('pricing is not configured (the price expander is not supported)');
-      },
+      PricingNodePrice: (req) => this.nodePrice(req),
+      PricingPodPrice: (req) => this.podPrice(req),
       GPULabel: () => ({ label: opts.gpuLabel }),
       GetAvailableGPUTypes: () => ({
         gpuTypes: Object.fromEntries(opts.gpuTypes.map((t) => [t, { type_url: '', value: Buffer.alloc(0) }])),
@@ -169,8 +204,7 @@ export class AutoscalerServer {
         this.decreaseTargetSize(str(req.id), num(req.delta), deadline),
       NodeGroupNodes: (req) => this.nodes(str(req.id)),
       NodeGroupTemplateNodeInfo: (req) => this.templateNodeInfo(str(req.id)),
-      // Answered (not thrown): unwinding a throw was the largest cost left in this hot path.
-      NodeGroupGetOptions: () => GET_OPTIONS_UNIMPLEMENTED,
+      NodeGroupGetOptions: (req) => this.getOptions(req as unknown as GetOptionsRequest),
     };
     const impl: UntypedServiceImplementation = {};
     for (const [method, fn] of Object.entries(handlers)) impl[method] = this.unary(method, fn);
@@ -292,7 +326,8 @@ export class AutoscalerServer {
             : new GrpcStatusError(status.UNAVAILABLE, `${method}: ${errorMessage(err)}`, { cause: err });
         const code = status[e.code];
         done(recorder, started, code);
-        if (e.code === status.UNIMPLEMENTED)
+        // Unpriced nodes are asked about in every loop that prices: not worth a line each time.
+        if (e.code === status.UNIMPLEMENTED || (e.code === status.NOT_FOUND && method.startsWith('Pricing')))
           this.log.debug('autoscaler call', { method, code, message: e.message });
         else
           this.log.info('autoscaler call refused', {
@@ -350,6 +385,8 @@ export class AutoscalerServer {
           mcd === undefined
             ? undefined
             : encodeResponse('NodeGroupTargetSize', { targetSize: replicasOf(mcd) }),
+        options: this.optionsOf(mcd),
+        optionAnswers: new Map(),
       };
       this.answers.set(g, a);
     }
@@ -376,6 +413,82 @@ export class AutoscalerServer {
       this.log.error('NodeGroupForNode lookup failed; answering "not autoscaled"', { err, node: node.name });
       return notAutoscaled();
     }
+  }
+
+  /** The options a deployment's annotations set; a refused value is reported on the deployment. */
+  private optionsOf(mcd: DeepReadonly<MachineDeployment> | undefined): OptionOverrides | undefined {
+    if (mcd === undefined) return undefined;
+    const { overrides, problems } = parseOptionAnnotations(mcd.metadata.annotations);
+    if (problems.length > 0) {
+      const message = `autoscaler options ignored: ${problems.join('; ')}`;
+      const key = `${mcd.metadata.uid ?? ''}/${message}`;
+      if (!this.optionProblems.has(key)) {
+        if (this.optionProblems.size > 1000) this.optionProblems.clear();
+        this.optionProblems.add(key);
+        this.log.warn('node group autoscaling option ignored', {
+          group: `${mcd.metadata.namespace ?? ''}/${mcd.metadata.name ?? ''}`,
+          problems,
+        });
+        this.opts.recorder?.event(mcd, 'Warning', 'InvalidAutoscalerOption', message);
+      }
+    }
+    return hasOverrides(overrides) ? overrides : undefined;
+  }
+
+  /**
+   * The group's options over the autoscaler's defaults, or no options at all for a group without
+   * annotations (the autoscaler's flags apply, MaxNodeStartupTime included: the protocol has no
+   * field for it, kubernetes/autoscaler#10245). Encoded once per deployment version and defaults.
+   */
+  private getOptions(req: GetOptionsRequest): unknown {
+    const g = this.lookup.groupById(req.id);
+    if (g === undefined || this.lookup.deployment(g) === undefined) {
+      return notFound(`node group "${req.id}" is not served`);
+    }
+    const a = this.answersOf(g);
+    if (a.options === undefined) return NO_OPTIONS;
+    const key = req.defaults.toString('latin1');
+    let answer = a.optionAnswers.get(key);
+    if (answer === undefined) {
+      let defaults: WireOptions;
+      try {
+        defaults = decodeDefaults(req.defaults);
+      } catch (err) {
+        return invalidArgument(`NodeGroupGetOptions: the defaults do not decode: ${errorMessage(err)}`);
+      }
+      answer = encodeGetOptionsResponse(mergeOptions(defaults, a.options));
+      if (a.optionAnswers.size >= MAX_OPTION_ANSWERS) a.optionAnswers.clear();
+      a.optionAnswers.set(key, answer);
+    }
+    return answer;
+  }
+
+  private nodePrice(req: Record<string, unknown>): unknown {
+    const node = req.node as WireNode | null | undefined;
+    if (node === null || node === undefined) return invalidArgument('PricingNodePrice: no node');
+    const price = this.prices.nodePrice(
+      { ...toRef(node), annotations: node.annotations ?? {} },
+      timeOf(req.startTimestamp, req.startTime),
+      timeOf(req.endTimestamp, req.endTime),
+    );
+    return price instanceof GrpcStatusError ? price : { price };
+  }
+
+  private podPrice(req: Record<string, unknown>): unknown {
+    const bytes = [req.pod_bytes, req.pod].find((b): b is Buffer => Buffer.isBuffer(b) && b.length > 0);
+    if (bytes === undefined) return invalidArgument('PricingPodPrice: no pod');
+    let pod: { cpu: number; memory: number };
+    try {
+      pod = decodePodRequests(bytes);
+    } catch (err) {
+      return invalidArgument(`PricingPodPrice: the pod does not decode: ${errorMessage(err)}`);
+    }
+    const price = this.prices.podPrice(
+      pod,
+      timeOf(req.startTimestamp, req.startTime),
+      timeOf(req.endTimestamp, req.endTime),
+    );
+    return price instanceof GrpcStatusError ? price : { price };
   }
 
   private groupOrThrow(id: string): { group: NodeGroup; mcd: DeepReadonly<MachineDeployment> } {

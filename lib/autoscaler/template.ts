@@ -8,6 +8,12 @@ import type { DeepReadonly } from '../kube/informer.js';
 import type { ConditionStatus, Node, NodeCondition } from '../kube/types.js';
 import { WellKnownLabel } from '../kube/wellknown.js';
 
+/**
+ * On a template node: the id of its node group, so that the template can be priced by its group
+ * (PricingNodePrice receives the template node the autoscaler built from ours, annotations kept).
+ */
+export const TEMPLATE_GROUP_ANNOTATION = 'autoscaler.mcm-ts.io/node-group';
+
 export type TemplateResult = { node: Node } | { unavailable: string };
 
 /**
@@ -60,7 +66,7 @@ export function buildTemplateNode(
     node: {
       apiVersion: 'v1',
       kind: 'Node',
-      metadata: { name, labels },
+      metadata: { name, labels, annotations: { [TEMPLATE_GROUP_ANNOTATION]: groupId } },
       spec: { taints },
       status: {
         capacity,

@@ -3,7 +3,7 @@ import type { Registry } from 'prom-client';
 import type { Machine, MachineClass, MachineDeployment, MachineSet } from '../api/types.js';
 import type { KubeApi } from '../kube/client.js';
 import type { Clock } from '../kube/clock.js';
-import type { Informer, Lister } from '../kube/informer.js';
+import type { DeepReadonly, Informer, Lister } from '../kube/informer.js';
 import type { Node } from '../kube/types.js';
 import type { WriteFence } from '../kube/fence.js';
 import type { Logger } from '../observability/logger.js';
@@ -53,9 +53,39 @@ export interface InventoryVm {
   machineClass: string;
 }
 
+/**
+ * What the autoscaler's price expander asks a provider: the price of one node of a class. It is
+ * answered from the provider's own tables and caches, synchronously (never a cloud call on the
+ * autoscaler's path; a provider refreshes what it needs in start()).
+ */
+export interface NodePriceRequest {
+  /** The class of the node's machine (or of the group's template, for a node yet to be created). */
+  machineClass: DeepReadonly<MachineClass>;
+  /**
+   * The node's labels as the autoscaler sent them: instance type, region, zone
+   * (node.kubernetes.io/instance-type, topology.kubernetes.io/region and /zone) and the rest.
+   */
+  labels: Readonly<Record<string, string>>;
+}
+
+/**
+ * A node's price per hour, in the currency the provider prices in (one currency per cluster
+ * matters: the expander compares prices with each other), with where it came from; or why
+ * there is none. Never a made-up number: an unpriced node is `unknown`.
+ */
+export type NodePriceAnswer =
+  | { pricePerHour: number; currency: string; source: string }
+  | { unknown: string };
+
 /** A running provider: its driver plus an optional background lifecycle. */
 export interface Provider {
   readonly driver: Driver;
+  /**
+   * The price of a node of the class (an addition to MCM's driver calls, optional, part of
+   * provider API version 1 since it is optional): for cluster-autoscaler's price expander.
+   * Synchronous and from memory only; a provider without prices leaves it out.
+   */
+  nodePrice?(req: NodePriceRequest): NodePriceAnswer;
   /**
    * Every VM of the provider, whatever its class (an addition to MCM's driver calls, optional):
    * lets the orphan collection find VMs whose class is gone, which ListMachines cannot list.
@@ -117,6 +147,14 @@ export class ProviderRegistry {
       if (list !== undefined) out.push({ provider: name, listAllMachines: list });
     }
     return out;
+  }
+
+  /** A node's price from its class's provider; unknown when the provider prices nothing. */
+  nodePrice(name: string, req: NodePriceRequest): NodePriceAnswer {
+    const entry = this.providers.get(name);
+    if (entry === undefined) return { unknown: `provider ${name} is not registered` };
+    const price = entry.provider.nodePrice?.(req);
+    return price ?? { unknown: `provider ${name} has no prices` };
   }
 
   /** The driver for a class's provider, or undefined when no such provider is registered. */

@@ -431,12 +431,12 @@ describe('autoscaler externalgrpc server (real kube-apiserver, manager with the 
   it('answers GPU, pricing, options and health calls as configured', async () => {
     expect((await ca.call('GPULabel')).label).to.equal('');
     expect((await ca.call('GetAvailableGPUTypes')).gpuTypes).to.deep.equal({});
-    await expectCode(ca.call('PricingNodePrice', {}), status.UNIMPLEMENTED);
-    await expectCode(
-      ca.call('NodeGroupGetOptions', { id: `${NS}/flagged` }),
-      status.UNIMPLEMENTED,
-      /MaxNodeStartupTime/,
-    );
+    await expectCode(ca.call('PricingNodePrice', {}), status.INVALID_ARGUMENT, /no node/);
+    // A group without option annotations answers no options: the autoscaler's flags apply.
+    expect(
+      (await ca.call('NodeGroupGetOptions', { id: `${NS}/flagged` })).nodeGroupAutoscalingOptions,
+    ).to.equal(null);
+    await expectCode(ca.call('NodeGroupGetOptions', { id: `${NS}/nope` }), status.NOT_FOUND);
     await ca.call('Refresh');
     await ca.call('Cleanup');
     const text = await manager.registry.metrics();

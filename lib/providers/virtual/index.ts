@@ -1,4 +1,7 @@
-import type { ProviderFactory } from '../../driver/registry.js';
+import type { MachineClass } from '../../api/types.js';
+import type { NodePriceAnswer, ProviderFactory } from '../../driver/registry.js';
+import type { DeepReadonly } from '../../kube/informer.js';
+import { parseProviderSpec } from './spec.js';
 import { VirtualDriver } from './driver.js';
 import { Hypervisor } from './hypervisor.js';
 import { ConfigMapVmStore, NodeVmStore, type VmStore } from './store.js';
@@ -36,6 +39,7 @@ export function virtualProvider(opts: { random?: () => number } = {}): ProviderF
     return {
       driver,
       listAllMachines: (signal) => driver.listAllMachines(signal),
+      nodePrice: ({ machineClass }) => classPrice(machineClass),
       start: () => {
         store.start();
         hypervisor?.start();
@@ -46,4 +50,26 @@ export function virtualProvider(opts: { random?: () => number } = {}): ProviderF
       },
     };
   };
+}
+
+const prices = new WeakMap<DeepReadonly<MachineClass>, NodePriceAnswer>();
+
+/** A virtual class's price: its providerSpec.pricePerHour (read once per class object). */
+function classPrice(cls: DeepReadonly<MachineClass>): NodePriceAnswer {
+  let p = prices.get(cls);
+  if (p === undefined) {
+    const parsed = parseProviderSpec(cls.providerSpec);
+    const name = cls.metadata.name ?? '';
+    p = !parsed.ok
+      ? { unknown: `MachineClass ${name} has an invalid providerSpec` }
+      : parsed.spec.pricePerHour === undefined
+        ? { unknown: `MachineClass ${name} sets no providerSpec.pricePerHour` }
+        : {
+            pricePerHour: parsed.spec.pricePerHour,
+            currency: '',
+            source: `providerSpec.pricePerHour of MachineClass ${name}`,
+          };
+    prices.set(cls, p);
+  }
+  return p;
 }

@@ -40,6 +40,8 @@ export interface VirtualProviderSpec {
   zoneCapacity: Record<string, number>;
   failure: VirtualFailureModes;
   inPlaceUpdate: VirtualInPlaceUpdate;
+  /** What one VM of the class costs per hour (for the autoscaler's price expander); none: unpriced. */
+  pricePerHour: number | undefined;
 }
 
 /** What a VM of a class looks like (from the class's nodeTemplate, else these defaults). */
@@ -63,7 +65,15 @@ export const DEFAULT_SHAPE: VirtualVmShape = {
   allocatable: { cpu: '2', memory: '4Gi', pods: '110', 'ephemeral-storage': '50Gi' },
 };
 
-const KNOWN_OPTIONS = ['bootDelay', 'apiLatency', 'errorRate', 'zoneCapacity', 'failure', 'inPlaceUpdate'];
+const KNOWN_OPTIONS = [
+  'bootDelay',
+  'apiLatency',
+  'errorRate',
+  'zoneCapacity',
+  'failure',
+  'inPlaceUpdate',
+  'pricePerHour',
+];
 const KNOWN_FAILURE_OPTIONS = ['bootNeverCompletes', 'notReadyAfter'];
 const KNOWN_IN_PLACE_OPTIONS = ['duration', 'fail', 'failureReason'];
 
@@ -102,6 +112,7 @@ export function parseProviderSpec(raw: unknown): SpecResult {
     zoneCapacity: {},
     failure: { bootNeverCompletes: false, notReadyAfterMs: undefined },
     inPlaceUpdate: { ...DEFAULT_IN_PLACE_UPDATE },
+    pricePerHour: undefined,
   };
   if (raw === undefined || raw === null) return { ok: true, spec };
   if (!isObject(raw)) return { ok: false, problems: ['providerSpec: must be an object'] };
@@ -159,6 +170,14 @@ export function parseProviderSpec(raw: unknown): SpecResult {
         'providerSpec.failure.notReadyAfter',
         problems,
       );
+    }
+  }
+  if (raw.pricePerHour !== undefined) {
+    const p = raw.pricePerHour;
+    if (typeof p !== 'number' || !Number.isFinite(p) || p < 0) {
+      problems.push(`providerSpec.pricePerHour: must be a number >= 0 (e.g. 0.5), got ${JSON.stringify(p)}`);
+    } else {
+      spec.pricePerHour = p;
     }
   }
   if (raw.inPlaceUpdate !== undefined) parseInPlaceUpdate(raw.inPlaceUpdate, spec.inPlaceUpdate, problems);

@@ -21,6 +21,7 @@ describe('virtual provider: providerSpec', () => {
         zoneCapacity: {},
         failure: { bootNeverCompletes: false, notReadyAfterMs: undefined },
         inPlaceUpdate: { durationMs: 5000, fail: false, failureReason: 'simulated in-place update failure' },
+        pricePerHour: undefined,
       },
     });
   });
@@ -33,6 +34,7 @@ describe('virtual provider: providerSpec', () => {
       zoneCapacity: { 'zone-a': 10, 'zone-b': 0 },
       failure: { bootNeverCompletes: true, notReadyAfter: '5m' },
       inPlaceUpdate: { duration: '2s', fail: true, failureReason: 'kernel panic' },
+      pricePerHour: 0.5,
     });
     expect(r.ok).to.be.true;
     if (!r.ok) return;
@@ -43,6 +45,7 @@ describe('virtual provider: providerSpec', () => {
       zoneCapacity: { 'zone-a': 10, 'zone-b': 0 },
       failure: { bootNeverCompletes: true, notReadyAfterMs: 300_000 },
       inPlaceUpdate: { durationMs: 2000, fail: true, failureReason: 'kernel panic' },
+      pricePerHour: 0.5,
     });
   });
 
@@ -65,6 +68,8 @@ describe('virtual provider: providerSpec', () => {
       { failure: { bootNeverCompletes: 'yes' } },
       /bootNeverCompletes: must be true or false/,
     ],
+    ['a negative price', { pricePerHour: -1 }, /providerSpec\.pricePerHour: must be a number >= 0/],
+    ['a price as text', { pricePerHour: '1' }, /providerSpec\.pricePerHour: must be a number >= 0/],
     ['a non-object inPlaceUpdate', { inPlaceUpdate: '5s' }, /providerSpec\.inPlaceUpdate: must be an object/],
     [
       'an unknown inPlaceUpdate option',
