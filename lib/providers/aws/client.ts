@@ -20,6 +20,8 @@ import type {
   DescribeImagesCommandOutput,
   DescribeInstancesCommandInput,
   DescribeInstancesCommandOutput,
+  DescribeSpotPriceHistoryCommandInput,
+  DescribeSpotPriceHistoryCommandOutput,
   EC2Client,
   ModifyInstanceAttributeCommandInput,
   ModifyNetworkInterfaceAttributeCommandInput,
@@ -54,6 +56,11 @@ export interface Ec2Api {
     signal?: AbortSignal,
   ): Promise<void>;
   assignIpv6Addresses(input: AssignIpv6AddressesCommandInput, signal?: AbortSignal): Promise<void>;
+  /** Spot prices (prices/spot.ts, in the background). */
+  describeSpotPriceHistory(
+    input: DescribeSpotPriceHistoryCommandInput,
+    signal?: AbortSignal,
+  ): Promise<DescribeSpotPriceHistoryCommandOutput>;
   destroy(): void;
 }
 
@@ -212,6 +219,10 @@ export function sdkEc2ApiWith(opts: SdkEc2Options = {}): Ec2ApiFactory {
       assignIpv6Addresses: async (input, signal) => {
         const { sdk, client } = await get();
         await client.send(new sdk.AssignIpv6AddressesCommand(input), send(signal));
+      },
+      describeSpotPriceHistory: async (input, signal) => {
+        const { sdk, client } = await get();
+        return client.send(new sdk.DescribeSpotPriceHistoryCommand(input), send(signal));
       },
       destroy: () => {
         destroyed = true;

@@ -198,6 +198,8 @@ export interface AwsDriverOptions {
    * (undefined without leader election).
    */
   fence?: WriteFence | undefined;
+  /** Told of every instance an answer is made of (the provider's prices learn subnets' zones). */
+  onInstance?: (instance: Instance) => void;
 }
 
 export class AwsDriver implements Driver {
@@ -212,6 +214,7 @@ export class AwsDriver implements Driver {
   private readonly backoffMs: number;
   private readonly visibilityBackoffMs: number;
   private readonly fence: WriteFence | undefined;
+  private readonly onInstance: ((instance: Instance) => void) | undefined;
   /** Instances CreateMachine just saw, by machine UID (see FRESH_SIGHTING_MS). */
   private readonly seen = new Map<string, { instance: Instance; at: number }>();
   /**
@@ -228,6 +231,7 @@ export class AwsDriver implements Driver {
     this.backoffMs = opts.launchBackoffMs ?? 500;
     this.visibilityBackoffMs = opts.visibilityBackoffMs ?? 500;
     this.fence = opts.fence;
+    this.onInstance = opts.onInstance;
     this.clock = opts.clock ?? new RealClock();
   }
 
@@ -368,6 +372,7 @@ export class AwsDriver implements Driver {
   }
 
   private response(region: string, i: Instance): GetMachineStatusResponse & MachineErrorVm {
+    this.onInstance?.(i);
     return {
       providerID: providerIDOf(region, i.InstanceId ?? ''),
       nodeName: i.PrivateDnsName ?? '',

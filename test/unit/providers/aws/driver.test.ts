@@ -152,6 +152,11 @@ class FakeEc2 implements Ec2Api {
     return Promise.resolve();
   }
 
+  /** The driver never asks for spot prices (the provider's prices do, in the background). */
+  describeSpotPriceHistory(): Promise<never> {
+    return Promise.reject(new Error('the driver asked for spot prices'));
+  }
+
   destroyed = 0;
   destroy(): void {
     this.destroyed++;
