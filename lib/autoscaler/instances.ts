@@ -60,8 +60,9 @@ export function carriesTemplate(
 
 /**
  * Whether the autoscaler is to see the machine's node as registered capacity of its group: the
- * node has a providerID, the machine has joined (see hasJoined) and the node carries the labels of
- * the machine's node template. A node may be Ready before the machine controller applied the
+ * node has a providerID, the machine has joined (see hasJoined), the node carries the labels of
+ * the machine's node template, and it is not a node that just turned Ready with a not-ready taint
+ * still on it (justReady). A node may be Ready before the machine controller applied the
  * template (a kubelet does not know it; the controller applies it before the machine reads
  * Running); counted as the group's then, it is capacity the pending pods cannot use (they select
  * the template's labels), and the autoscaler scales up once more for them. So until then the
@@ -69,8 +70,45 @@ export function carriesTemplate(
  * (NodeGroupForNode checks the labels of the node as the autoscaler sent it), and the autoscaler
  * keeps counting the group's template node for it.
  */
-export function isRegistered(m: AnyMachine, node: AnyNode | undefined): boolean {
-  return (node?.spec?.providerID ?? '') !== '' && hasJoined(m) && carriesTemplate(node?.metadata.labels, m);
+export function isRegistered(m: AnyMachine, node: AnyNode | undefined, now: number): boolean {
+  return (
+    (node?.spec?.providerID ?? '') !== '' &&
+    hasJoined(m) &&
+    carriesTemplate(node?.metadata.labels, m) &&
+    !justReady(node, now)
+  );
+}
+
+/**
+ * Taints under which cluster-autoscaler counts a node as not ready, whatever its Ready condition
+ * says (utils/kubernetes GetNodeReadiness).
+ */
+const NOT_READY_TAINTS: ReadonlySet<string> = new Set([
+  'node.kubernetes.io/not-ready',
+  'node.kubernetes.io/disk-pressure',
+  'node.kubernetes.io/network-unavailable',
+]);
+
+/**
+ * How long after its Ready condition turned True a node that still carries a not-ready taint
+ * stays out of its group. The node lifecycle controller lifts the taint on its next pass (every
+ * 5 s by default); a taint that outlives this is a problem of its own, and the node counts again
+ * (the autoscaler then sees it unready, as it is).
+ */
+export const JUST_READY_GRACE_MS = 60_000;
+
+/**
+ * A node that turned Ready moments ago but still carries a not-ready taint: the autoscaler counts
+ * it unready, and in a group that answers per-group options (MaxNodeStartupTime 0,
+ * kubernetes/autoscaler#10245) at once Unready rather than starting. Until the taint goes (at most
+ * JUST_READY_GRACE_MS), it is reported as not registered yet, as while it booted.
+ */
+export function justReady(node: AnyNode | undefined, now: number): boolean {
+  if (node?.spec?.taints?.some((t) => NOT_READY_TAINTS.has(t.key)) !== true) return false;
+  const ready = node.status?.conditions?.find((c) => c.type === 'Ready');
+  if (ready?.status !== 'True') return false;
+  const since = Date.parse(ready.lastTransitionTime ?? '');
+  return Number.isNaN(since) || now - since < JUST_READY_GRACE_MS;
 }
 
 /**
@@ -85,8 +123,13 @@ export function isRegistered(m: AnyMachine, node: AnyNode | undefined): boolean 
  *   anything else Other. Other failed attempts being retried carry none.
  * - Being deleted or marked: Deleting.
  */
-export function instanceOf(m: AnyMachine, node: AnyNode | undefined, marked: boolean): InstanceView {
-  const registered = isRegistered(m, node);
+export function instanceOf(
+  m: AnyMachine,
+  node: AnyNode | undefined,
+  marked: boolean,
+  now: number,
+): InstanceView {
+  const registered = isRegistered(m, node, now);
   const id = registered ? (node?.spec?.providerID ?? '') : placeholderId(m.metadata.name ?? '');
   if (isTerminating(m) || marked) return { id, status: { instanceState: InstanceState.Deleting } };
   if (registered) return { id, status: { instanceState: InstanceState.Running } };

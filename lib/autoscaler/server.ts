@@ -38,7 +38,7 @@ import {
   unimplemented,
 } from './errors.js';
 import type { NodeGroup, NodeGroupFlag } from './groups.js';
-import { carriesTemplate, instanceOf, isRegistered, machineOfPlaceholder } from './instances.js';
+import { carriesTemplate, instanceOf, isRegistered, justReady, machineOfPlaceholder } from './instances.js';
 import { GroupLookup, type NodeRef } from './lookup.js';
 import { RefusalLog, clientIdentity, describeClient, isAllowedClient } from './authz.js';
 import { autoscalerMetrics, callRecorder, type AutoscalerMetrics, type CallRecorder } from './metrics.js';
@@ -404,7 +404,9 @@ export class AutoscalerServer {
       // unregistered instances (placeholder ids) always do.
       const own =
         m !== undefined &&
-        ((hasJoined(m) && carriesTemplate(ref.labels, m)) ||
+        ((hasJoined(m) &&
+          carriesTemplate(ref.labels, m) &&
+          !justReady(this.lookup.nodeOf(m), this.opts.clock.now())) ||
           machineOfPlaceholder(ref.providerID) !== undefined ||
           machineOfPlaceholder(ref.name) !== undefined);
       const g = own ? this.lookup.groupOfMachine(m) : undefined;
@@ -517,8 +519,9 @@ export class AutoscalerServer {
     const { mcd } = this.groupOrThrow(id);
     const machines = this.lookup.machines(mcd);
     const going = this.going(mcd, machines);
+    const now = this.opts.clock.now();
     const instances = machines.map((m) =>
-      instanceOf(m, this.lookup.nodeOf(m), going.has(m.metadata.name ?? '')),
+      instanceOf(m, this.lookup.nodeOf(m), going.has(m.metadata.name ?? ''), now),
     );
     return { instances };
   }
@@ -767,7 +770,7 @@ export class AutoscalerServer {
         mcd,
         sets: this.lookup.sets(mcd),
         machines: this.lookup.machines(mcd),
-        registered: (m) => isRegistered(m, this.lookup.nodeOf(m)),
+        registered: (m) => isRegistered(m, this.lookup.nodeOf(m), this.opts.clock.now()),
         going: this.going(mcd),
         delta,
         now: this.opts.clock.now(),

@@ -497,12 +497,14 @@ describe('cluster-autoscaler e2e: prices and per-group options (real autoscaler,
     //   0. Health stays Healthy here (1 unready <= --ok-total-unready-count 3); more than 3 such
     //   nodes booting at once, and more than 45% of the cluster's nodes, would make the cluster
     //   Unhealthy and stop the autoscaler until they are Ready;
-    // - one loop (sometimes two) right after the node turned Ready: the group unready=1. The
-    //   machine is Running once the node's Ready condition is True, but the node lifecycle
-    //   controller removes its node.kubernetes.io/not-ready NoExecute taint only at its next pass
-    //   (--node-monitor-period, 2s here, 5s by default), and the autoscaler counts a node with that
-    //   taint as not ready: with startup time 0, Unready. The test bounds that to the gap.
-    it('counts a booting node of a group that answers options (#10245) unready in its group at most between Ready and the removal of its not-ready taint, keeps it and scales up once', async () => {
+    // - right after the node turned Ready, the node lifecycle controller removes its
+    //   node.kubernetes.io/not-ready NoExecute taint only at its next pass (--node-monitor-period,
+    //   2s here, 5s by default), and the autoscaler counts a node with that taint as not ready:
+    //   with startup time 0, Unready. Counted as the group's in that gap (the machine is Running
+    //   once the Ready condition is True), the group showed unready=1 for one or two loops in 6 of 8
+    //   runs; the server now keeps such a node out of its group until the taint is gone (justReady
+    //   in lib/autoscaler/instances.ts), and the group shows no unready loop at all.
+    it('never counts a booting node of a group that answers options (#10245) unready in its group, keeps it and scales up once', async () => {
       requireAutoscaler(OPTIONS_VERSION);
       const p = 'boot';
       prefix = p;
@@ -688,19 +690,11 @@ describe('cluster-autoscaler e2e: prices and per-group options (real autoscaler,
         // Only the booting node can be unready cluster-wide, and the cluster stays healthy.
         expect(s.cluster.unready + s.cluster.notStarted, showCounts(s.cluster)).to.equal(1);
       }
-      // The group's unready node, if any, is the new one in the gap between its Ready condition and
-      // the removal of its not-ready taint (with a second's slack: the autoscaler's informer and
-      // the test's watch see the node's updates at slightly different times).
-      for (const s of groupUnready) {
-        expect(s.group, showCounts(s.group)).to.include({ registered: 2, ready: 1, unready: 1 });
-        expect(s.loopAt, 'a loop with the group unready: not before the node was Ready').to.be.greaterThan(
-          readyAt - 1_000,
-        );
-        expect(
-          s.loopAt,
-          'a loop with the group unready: not after its not-ready taint was gone',
-        ).to.be.lessThan(untaintedAt + 1_000);
-      }
+      // Not even between its Ready condition and the removal of its not-ready taint.
+      expect(
+        groupUnready.map((s) => `${s.loopAt - readyAt}ms after Ready: ${showCounts(s.group)}`),
+        'loops with the group unready',
+      ).to.deep.equal([]);
       expect(
         samples.every((s) => s.health === 'Healthy'),
         'the cluster stayed Healthy',

@@ -14,6 +14,7 @@ import {
 } from '../../../lib/autoscaler/groups.js';
 import {
   carriesTemplate,
+  justReady,
   instanceOf,
   isRegistered,
   machineOfPlaceholder,
@@ -160,11 +161,11 @@ describe('autoscaler node groups', () => {
 
 describe('autoscaler instances', () => {
   it('uses the Node providerID once registered, a placeholder before', () => {
-    expect(instanceOf(machine('m1'), node('virtual://z/m1'), false)).to.deep.equal({
+    expect(instanceOf(machine('m1'), node('virtual://z/m1'), false, NOW)).to.deep.equal({
       id: 'virtual://z/m1',
       status: { instanceState: 'instanceRunning' },
     });
-    expect(instanceOf(machine('m1', { phase: 'Pending' }), undefined, false)).to.deep.equal({
+    expect(instanceOf(machine('m1', { phase: 'Pending' }), undefined, false, NOW)).to.deep.equal({
       id: 'requested://m1',
       status: { instanceState: 'instanceCreating' },
     });
@@ -176,18 +177,40 @@ describe('autoscaler instances', () => {
     // group's capacity then, the autoscaler would scale up again for pods that cannot use it.
     for (const phase of ['Pending', 'Available', 'CrashLoopBackOff', '']) {
       const m = machine('m1', { phase });
-      expect(isRegistered(m, node('virtual://z/m1')), `phase "${phase}"`).to.equal(false);
-      expect(instanceOf(m, node('virtual://z/m1'), false), `phase "${phase}"`).to.deep.equal({
+      expect(isRegistered(m, node('virtual://z/m1'), NOW), `phase "${phase}"`).to.equal(false);
+      expect(instanceOf(m, node('virtual://z/m1'), false, NOW), `phase "${phase}"`).to.deep.equal({
         id: 'requested://m1',
         status: { instanceState: 'instanceCreating' },
       });
     }
     for (const phase of ['Running', 'Unknown', 'Failed', 'InPlaceUpdating']) {
-      expect(isRegistered(machine('m1', { phase }), node('virtual://z/m1')), `phase "${phase}"`).to.equal(
-        true,
-      );
+      expect(
+        isRegistered(machine('m1', { phase }), node('virtual://z/m1'), NOW),
+        `phase "${phase}"`,
+      ).to.equal(true);
     }
-    expect(isRegistered(machine('m1'), node('')), 'a node without providerID').to.equal(false);
+    expect(isRegistered(machine('m1'), node(''), NOW), 'a node without providerID').to.equal(false);
+  });
+  it('keeps a node that turned Ready moments ago unregistered while a not-ready taint is still on it (up to 60 s)', () => {
+    const readyFor = (ms: number, taints: string[]): Node => ({
+      metadata: { name: 'n' },
+      spec: { providerID: 'virtual://z/m1', taints: taints.map((key) => ({ key, effect: 'NoExecute' })) },
+      status: {
+        conditions: [{ type: 'Ready', status: 'True', lastTransitionTime: new Date(NOW - ms).toISOString() }],
+      },
+    });
+    const m = machine('m1');
+    expect(justReady(readyFor(2_000, ['node.kubernetes.io/not-ready']), NOW)).to.equal(true);
+    expect(isRegistered(m, readyFor(2_000, ['node.kubernetes.io/not-ready']), NOW)).to.equal(false);
+    expect(
+      instanceOf(m, readyFor(2_000, ['node.kubernetes.io/network-unavailable']), false, NOW).id,
+    ).to.equal('requested://m1');
+    expect(isRegistered(m, readyFor(2_000, ['example.com/dedicated']), NOW), 'another taint').to.equal(true);
+    expect(isRegistered(m, readyFor(2_000, []), NOW), 'no taint').to.equal(true);
+    expect(
+      isRegistered(m, readyFor(61_000, ['node.kubernetes.io/not-ready']), NOW),
+      'a taint past 60 s',
+    ).to.equal(true);
   });
   it('keeps a joined machine unregistered while its node lacks the labels of its node template', () => {
     const m = machine('m1');
@@ -201,17 +224,17 @@ describe('autoscaler instances', () => {
     expect(carriesTemplate({ pool: 'b', tier: 'web' }, m)).to.equal(false);
     expect(carriesTemplate(undefined, m)).to.equal(false);
     expect(carriesTemplate(undefined, machine('m2')), 'no template').to.equal(true);
-    expect(instanceOf(m, labelled({ pool: 'a' }), false).id).to.equal('requested://m1');
-    expect(instanceOf(m, labelled({ pool: 'a', tier: 'web' }), false)).to.deep.equal({
+    expect(instanceOf(m, labelled({ pool: 'a' }), false, NOW).id).to.equal('requested://m1');
+    expect(instanceOf(m, labelled({ pool: 'a', tier: 'web' }), false, NOW)).to.deep.equal({
       id: 'virtual://z/m1',
       status: { instanceState: 'instanceRunning' },
     });
   });
   it('reports deleting for terminating and marked machines', () => {
-    expect(instanceOf(machine('m1', { deleting: true }), node('p'), false).status.instanceState).to.equal(
-      'instanceDeleting',
-    );
-    expect(instanceOf(machine('m1'), node('p'), true).status.instanceState).to.equal('instanceDeleting');
+    expect(
+      instanceOf(machine('m1', { deleting: true }), node('p'), false, NOW).status.instanceState,
+    ).to.equal('instanceDeleting');
+    expect(instanceOf(machine('m1'), node('p'), true, NOW).status.instanceState).to.equal('instanceDeleting');
   });
   it('classes a ResourceExhausted creation as OutOfResources and any other failed creation as Other', () => {
     const exhausted = instanceOf(
@@ -221,6 +244,7 @@ describe('autoscaler instances', () => {
       }),
       undefined,
       false,
+      NOW,
     );
     expect(exhausted.status).to.deep.equal({
       instanceState: 'instanceCreating',
@@ -230,6 +254,7 @@ describe('autoscaler instances', () => {
       machine('m2', { phase: 'Failed', lastOp: { type: 'Create', state: 'Failed', description: 'boom' } }),
       undefined,
       false,
+      NOW,
     );
     expect(other.status.errorInfo?.instanceErrorClass).to.equal(99);
     expect(other.status.errorInfo?.errorCode).to.equal('MachineFailed');
@@ -249,6 +274,7 @@ describe('autoscaler instances', () => {
       }),
       undefined,
       false,
+      NOW,
     );
     expect(retried.status).to.deep.equal({ instanceState: 'instanceCreating' });
   });
@@ -297,7 +323,7 @@ describe('autoscaler instances of machines gardener’s provider-side controller
         lastUpdateTime: '2026-11-25T10:01:00Z',
       },
     });
-    const view = instanceOf(m, undefined, false);
+    const view = instanceOf(m, undefined, false, NOW);
     expect(view.id).to.equal('requested://m1');
     expect(view.status.instanceState).to.equal('instanceCreating');
     expect(view.status.errorInfo?.instanceErrorClass).to.equal(1);
@@ -313,12 +339,12 @@ describe('autoscaler instances of machines gardener’s provider-side controller
         description: 'Creating machine on cloud provider',
       },
     });
-    expect(instanceOf(pending, undefined, false)).to.deep.equal({
+    expect(instanceOf(pending, undefined, false, NOW)).to.deep.equal({
       id: 'requested://m2',
       status: { instanceState: 'instanceCreating' },
     });
     // Its node registered (the kubelet's zone form of the id) before gardener's controller saw it join.
-    expect(instanceOf(pending, node('aws:///eu-west-1a/i-0abc'), false)).to.deep.equal({
+    expect(instanceOf(pending, node('aws:///eu-west-1a/i-0abc'), false, NOW)).to.deep.equal({
       id: 'requested://m2',
       status: { instanceState: 'instanceCreating' },
     });
@@ -330,7 +356,7 @@ describe('autoscaler instances of machines gardener’s provider-side controller
         description: 'Machine m3 successfully joined the cluster',
       },
     });
-    expect(instanceOf(running, node('aws:///eu-west-1a/i-0abc'), false)).to.deep.equal({
+    expect(instanceOf(running, node('aws:///eu-west-1a/i-0abc'), false, NOW)).to.deep.equal({
       id: 'aws:///eu-west-1a/i-0abc',
       status: { instanceState: 'instanceRunning' },
     });
@@ -349,7 +375,7 @@ describe('autoscaler instances of machines gardener’s provider-side controller
       },
       { metadata: { deletionTimestamp: '2026-11-25T10:04:00Z' } },
     );
-    expect(instanceOf(deleting, node('aws:///eu-west-1a/i-0abc'), false).status.instanceState).to.equal(
+    expect(instanceOf(deleting, node('aws:///eu-west-1a/i-0abc'), false, NOW).status.instanceState).to.equal(
       'instanceDeleting',
     );
   });
