@@ -60,9 +60,10 @@ export function carriesTemplate(
 
 /**
  * Whether the autoscaler is to see the machine's node as registered capacity of its group: the
- * node has a providerID, the machine has joined (see hasJoined), the node carries the labels of
- * the machine's node template, and it is not a node that just turned Ready with a not-ready taint
- * still on it (justReady). A node may be Ready before the machine controller applied the
+ * node has a providerID, the machine has joined (see hasJoined) and the node carries the labels
+ * of the machine's node template; in a group that answers per-group options (holdJustReadyAt: the
+ * time now), also not a node that just turned Ready with a not-ready taint still on it
+ * (justReady). A node may be Ready before the machine controller applied the
  * template (a kubelet does not know it; the controller applies it before the machine reads
  * Running); counted as the group's then, it is capacity the pending pods cannot use (they select
  * the template's labels), and the autoscaler scales up once more for them. So until then the
@@ -70,12 +71,12 @@ export function carriesTemplate(
  * (NodeGroupForNode checks the labels of the node as the autoscaler sent it), and the autoscaler
  * keeps counting the group's template node for it.
  */
-export function isRegistered(m: AnyMachine, node: AnyNode | undefined, now: number): boolean {
+export function isRegistered(m: AnyMachine, node: AnyNode | undefined, holdJustReadyAt?: number): boolean {
   return (
     (node?.spec?.providerID ?? '') !== '' &&
     hasJoined(m) &&
     carriesTemplate(node?.metadata.labels, m) &&
-    !justReady(node, now)
+    (holdJustReadyAt === undefined || !justReady(node, holdJustReadyAt))
   );
 }
 
@@ -98,10 +99,12 @@ const NOT_READY_TAINTS: ReadonlySet<string> = new Set([
 export const JUST_READY_GRACE_MS = 60_000;
 
 /**
- * A node that turned Ready moments ago but still carries a not-ready taint: the autoscaler counts
- * it unready, and in a group that answers per-group options (MaxNodeStartupTime 0,
- * kubernetes/autoscaler#10245) at once Unready rather than starting. Until the taint goes (at most
- * JUST_READY_GRACE_MS), it is reported as not registered yet, as while it booted.
+ * A node that turned Ready moments ago but still carries a not-ready taint (the API server's
+ * TaintNodesByCondition puts one on every new Node; the node lifecycle controller lifts it after
+ * Ready): the autoscaler counts it unready, and in a group that answers per-group options
+ * (MaxNodeStartupTime 0, kubernetes/autoscaler#10245) at once Unready rather than starting. There,
+ * until the taint goes (at most JUST_READY_GRACE_MS), it is reported as not registered yet, as
+ * while it booted. Other groups count it as it is (not started yet, for the autoscaler).
  */
 export function justReady(node: AnyNode | undefined, now: number): boolean {
   if (node?.spec?.taints?.some((t) => NOT_READY_TAINTS.has(t.key)) !== true) return false;
@@ -127,9 +130,9 @@ export function instanceOf(
   m: AnyMachine,
   node: AnyNode | undefined,
   marked: boolean,
-  now: number,
+  holdJustReadyAt?: number,
 ): InstanceView {
-  const registered = isRegistered(m, node, now);
+  const registered = isRegistered(m, node, holdJustReadyAt);
   const id = registered ? (node?.spec?.providerID ?? '') : placeholderId(m.metadata.name ?? '');
   if (isTerminating(m) || marked) return { id, status: { instanceState: InstanceState.Deleting } };
   if (registered) return { id, status: { instanceState: InstanceState.Running } };

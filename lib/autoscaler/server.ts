@@ -400,17 +400,19 @@ export class AutoscalerServer {
       const ref = toRef(node);
       const m = this.lookup.machineForNode(ref);
       // A real node counts as its group's once its machine joined and the node, as the autoscaler
-      // sees it, carries the template's labels (see isRegistered); the autoscaler's stand-ins for
+      // sees it, carries the template's labels (see isRegistered), and in a group that answers
+      // options once its not-ready taint is gone (justReady); the autoscaler's stand-ins for
       // unregistered instances (placeholder ids) always do.
+      const g = m === undefined ? undefined : this.lookup.groupOfMachine(m);
+      if (m === undefined || g === undefined) return notAutoscaled();
+      const a = this.answersOf(g);
       const own =
-        m !== undefined &&
-        ((hasJoined(m) &&
+        (hasJoined(m) &&
           carriesTemplate(ref.labels, m) &&
-          !justReady(this.lookup.nodeOf(m), this.opts.clock.now())) ||
-          machineOfPlaceholder(ref.providerID) !== undefined ||
-          machineOfPlaceholder(ref.name) !== undefined);
-      const g = own ? this.lookup.groupOfMachine(m) : undefined;
-      return g === undefined ? notAutoscaled() : this.answersOf(g).forNode;
+          (a.options === undefined || !justReady(this.lookup.nodeOf(m), this.opts.clock.now()))) ||
+        machineOfPlaceholder(ref.providerID) !== undefined ||
+        machineOfPlaceholder(ref.name) !== undefined;
+      return own ? a.forNode : notAutoscaled();
     } catch (err) {
       this.log.error('NodeGroupForNode lookup failed; answering "not autoscaled"', { err, node: node.name });
       return notAutoscaled();
@@ -516,14 +518,22 @@ export class AutoscalerServer {
   }
 
   private nodes(id: string): unknown {
-    const { mcd } = this.groupOrThrow(id);
+    const { group, mcd } = this.groupOrThrow(id);
     const machines = this.lookup.machines(mcd);
     const going = this.going(mcd, machines);
-    const now = this.opts.clock.now();
+    const holdAt = this.justReadyHold(group);
     const instances = machines.map((m) =>
-      instanceOf(m, this.lookup.nodeOf(m), going.has(m.metadata.name ?? ''), now),
+      instanceOf(m, this.lookup.nodeOf(m), going.has(m.metadata.name ?? ''), holdAt),
     );
     return { instances };
+  }
+
+  /**
+   * For a group that answers per-group options, the time at which a just-Ready node still under a
+   * not-ready taint is held out of it (see justReady); undefined for the other groups.
+   */
+  private justReadyHold(g: NodeGroup): number | undefined {
+    return this.answersOf(g).options === undefined ? undefined : this.opts.clock.now();
   }
 
   /** Machines of the deployment whose deletion marks stand (the controller's own plan). */
@@ -770,7 +780,7 @@ export class AutoscalerServer {
         mcd,
         sets: this.lookup.sets(mcd),
         machines: this.lookup.machines(mcd),
-        registered: (m) => isRegistered(m, this.lookup.nodeOf(m), this.opts.clock.now()),
+        registered: (m) => isRegistered(m, this.lookup.nodeOf(m), this.justReadyHold(g)),
         going: this.going(mcd),
         delta,
         now: this.opts.clock.now(),

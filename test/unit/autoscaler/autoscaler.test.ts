@@ -211,6 +211,10 @@ describe('autoscaler instances', () => {
       isRegistered(m, readyFor(61_000, ['node.kubernetes.io/not-ready']), NOW),
       'a taint past 60 s',
     ).to.equal(true);
+    expect(
+      isRegistered(m, readyFor(2_000, ['node.kubernetes.io/not-ready'])),
+      'a group without options: counted as it is',
+    ).to.equal(true);
   });
   it('keeps a joined machine unregistered while its node lacks the labels of its node template', () => {
     const m = machine('m1');
