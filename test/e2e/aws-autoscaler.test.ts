@@ -3,9 +3,6 @@
 // proxy), so its machine fails with ResourceExhausted, the autoscaler backs that group off as
 // OutOfResources and scales the other one; the failed group goes back to zero.
 
-import { mkdirSync } from 'node:fs';
-import path from 'node:path';
-
 import { expect } from 'chai';
 
 import {
@@ -17,28 +14,23 @@ import {
 } from '../../lib/api/types.js';
 import { GroupAnnotation } from '../../lib/autoscaler/groups.js';
 import { CoreResources } from '../../lib/kube/resources.js';
-import type { Node, Pod, Secret } from '../../lib/kube/types.js';
-import { backOffOf, startAutoscaler, requireAutoscaler, type Autoscaler } from '../harness/autoscaler.js';
-import { createMtlsBundle, writeMtlsBundle } from '../harness/certs.js';
+import type { Node, Pod } from '../../lib/kube/types.js';
+import { backOffOf, requireAutoscaler, type Autoscaler } from '../harness/autoscaler.js';
 import {
-  CLUSTER_TAG,
   REGION,
   ZONE,
   isLive,
-  provisionCloud,
   sampleMachineClass,
-  sampleSecret,
   tagOf,
   taggedInstances,
   type Ec2Cloud,
 } from '../harness/ec2cloud.js';
-import { Ec2KubeletSimulator } from '../harness/ec2kubelet.js';
-import { Ec2FaultProxy } from '../harness/ec2proxy.js';
-import { startMoto, type Moto } from '../harness/moto.js';
 import { newestAutoscalerVersion } from '../harness/tools.js';
 import { AppsDeployments, nodeFillingDeployment } from '../harness/workload.js';
-import { LifecycleEnv, NS } from '../integration/env/lifecycle.js';
+import type { LifecycleEnv } from '../integration/env/lifecycle.js';
+import { NS } from '../integration/env/lifecycle.js';
 import { until } from '../integration/env/until.js';
+import { startAwsE2eEnv, type AwsE2eEnv } from './awsenv.js';
 
 const POOL = 'aws-e2e';
 /** Fits the pods best (least waste), but EC2 has none. */
@@ -48,13 +40,10 @@ const SPARE = { type: 'm5.xlarge', capacity: { cpu: '4', memory: '16Gi', pods: '
 describe('cluster-autoscaler with two AWS node groups on the EC2 emulator (real autoscaler, kube-scheduler, kwok, moto)', function () {
   this.timeout(600_000);
   const version = newestAutoscalerVersion();
+  let aws: AwsE2eEnv;
   let env: LifecycleEnv;
-  let moto: Moto;
-  let proxy: Ec2FaultProxy;
   let cloud: Ec2Cloud;
-  let kubelet: Ec2KubeletSimulator;
   let ca: Autoscaler | undefined;
-  const savedEndpoint = process.env.AWS_ENDPOINT_URL_EC2;
 
   const pods = async (): Promise<Pod[]> =>
     (await env.client.list<Pod>(CoreResources.pods, { namespace: NS, labelSelector: `app=${POOL}-pods` }))
@@ -64,40 +53,21 @@ describe('cluster-autoscaler with two AWS node groups on the EC2 emulator (real 
 
   before(async () => {
     requireAutoscaler(version);
-    moto = await startMoto();
-    proxy = new Ec2FaultProxy(moto.endpoint);
-    process.env.AWS_ENDPOINT_URL_EC2 = await proxy.start();
-    proxy.rule({
-      action: 'RunInstances',
-      match: (params) => params.get('InstanceType') === SCARCE.type,
-      error: {
-        status: 500,
-        code: 'InsufficientInstanceCapacity',
-        message: `We currently do not have sufficient ${SCARCE.type} capacity in the Availability Zone you requested (${ZONE}).`,
+    aws = await startAwsE2eEnv({
+      capacityByType: { [SCARCE.type]: SCARCE.capacity, [SPARE.type]: SPARE.capacity },
+      withProxy: (proxy) => {
+        proxy.rule({
+          action: 'RunInstances',
+          match: (params) => params.get('InstanceType') === SCARCE.type,
+          error: {
+            status: 500,
+            code: 'InsufficientInstanceCapacity',
+            message: `We currently do not have sufficient ${SCARCE.type} capacity in the Availability Zone you requested (${ZONE}).`,
+          },
+        });
       },
     });
-    cloud = await provisionCloud(moto.endpoint);
-    env = await LifecycleEnv.start({ scheduler: true, controllerManager: true, kwok: true });
-    const dir = path.join(env.cp.workDir, 'tls');
-    mkdirSync(dir);
-    const tls = writeMtlsBundle(dir, createMtlsBundle());
-    await env.startManager({
-      grpcAddress: '127.0.0.1:0',
-      grpcTlsCertFile: tls.serverCertFile,
-      grpcTlsKeyFile: tls.serverKeyFile,
-      grpcClientCaFile: tls.caFile,
-      machineDrainTimeoutMs: 30_000,
-    });
-    kubelet = new Ec2KubeletSimulator({
-      endpoint: moto.endpoint,
-      region: REGION,
-      clusterTag: CLUSTER_TAG,
-      client: env.client,
-      capacityByType: { [SCARCE.type]: SCARCE.capacity, [SPARE.type]: SPARE.capacity },
-    });
-    kubelet.start();
-
-    await env.client.create<Secret>(CoreResources.secrets, sampleSecret());
+    ({ env, cloud } = aws);
     for (const [name, shape] of [
       ['scarce', SCARCE],
       ['spare', SPARE],
@@ -122,25 +92,11 @@ describe('cluster-autoscaler with two AWS node groups on the EC2 emulator (real 
         { type: 'merge', namespace: NS },
       );
     }
-    ca = await startAutoscaler({
-      version,
-      controlPlane: env.cp,
-      address: `127.0.0.1:${env.manager?.grpcPort ?? 0}`,
-      tls: { certFile: tls.clientCertFile, keyFile: tls.clientKeyFile, caFile: tls.caFile },
-      grpcTimeout: '10s',
-    });
+    ca = await aws.startAutoscaler(version);
   });
 
   after(async () => {
-    await ca?.stop();
-    await kubelet.stop();
-    await env.stop();
-    cloud.ec2.destroy();
-    cloud.iam.destroy();
-    await proxy.stop();
-    await moto.stop();
-    if (savedEndpoint === undefined) delete process.env.AWS_ENDPOINT_URL_EC2;
-    else process.env.AWS_ENDPOINT_URL_EC2 = savedEndpoint;
+    await aws.stop();
   });
 
   it(`cluster-autoscaler ${version}: InsufficientInstanceCapacity backs the m5.large group off, the m5.xlarge group takes the pods`, async () => {

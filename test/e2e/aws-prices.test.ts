@@ -5,9 +5,6 @@
 // DescribeSpotPriceHistory (moto answers a fixed 0.00001) by the provider's background refresh:
 // the next pending pod goes to it.
 
-import { mkdirSync } from 'node:fs';
-import path from 'node:path';
-
 import { expect } from 'chai';
 
 import {
@@ -18,24 +15,15 @@ import {
 } from '../../lib/api/types.js';
 import { GroupAnnotation } from '../../lib/autoscaler/groups.js';
 import { CoreResources } from '../../lib/kube/resources.js';
-import type { Node, Pod, Secret } from '../../lib/kube/types.js';
-import { startAutoscaler, requireAutoscaler, type Autoscaler } from '../harness/autoscaler.js';
-import { createMtlsBundle, writeMtlsBundle } from '../harness/certs.js';
-import {
-  CLUSTER_TAG,
-  REGION,
-  ZONE,
-  provisionCloud,
-  sampleMachineClass,
-  sampleSecret,
-  type Ec2Cloud,
-} from '../harness/ec2cloud.js';
-import { Ec2KubeletSimulator } from '../harness/ec2kubelet.js';
-import { startMoto, type Moto } from '../harness/moto.js';
+import type { Node, Pod } from '../../lib/kube/types.js';
+import { requireAutoscaler, type Autoscaler } from '../harness/autoscaler.js';
+import { REGION, ZONE, sampleMachineClass } from '../harness/ec2cloud.js';
 import { newestAutoscalerVersion } from '../harness/tools.js';
 import { AppsDeployments, nodeFillingDeployment } from '../harness/workload.js';
-import { LifecycleEnv, NS } from '../integration/env/lifecycle.js';
+import type { LifecycleEnv } from '../integration/env/lifecycle.js';
+import { NS } from '../integration/env/lifecycle.js';
 import { until } from '../integration/env/until.js';
+import { startAwsE2eEnv, type AwsE2eEnv } from './awsenv.js';
 
 const POOL = 'aws-price';
 const LARGE = { type: 'm5.large', capacity: { cpu: '2', memory: '8Gi', pods: '20' } };
@@ -49,12 +37,9 @@ const GROUPS = [
 describe('cluster-autoscaler --expander=price with AWS node groups on the EC2 emulator (real autoscaler, kube-scheduler, kwok, moto)', function () {
   this.timeout(600_000);
   const version = newestAutoscalerVersion();
+  let aws: AwsE2eEnv;
   let env: LifecycleEnv;
-  let moto: Moto;
-  let cloud: Ec2Cloud;
-  let kubelet: Ec2KubeletSimulator;
   let ca: Autoscaler | undefined;
-  const savedEndpoint = process.env.AWS_ENDPOINT_URL_EC2;
 
   const replicas = async (name: string): Promise<number> =>
     (await env.client.get<MachineDeployment>(MachineDeploymentResource, `${POOL}-${name}`, NS)).spec
@@ -108,72 +93,43 @@ describe('cluster-autoscaler --expander=price with AWS node groups on the EC2 em
 
   before(async () => {
     requireAutoscaler(version);
-    moto = await startMoto();
-    process.env.AWS_ENDPOINT_URL_EC2 = moto.endpoint;
-    cloud = await provisionCloud(moto.endpoint);
-    env = await LifecycleEnv.start({ scheduler: true, controllerManager: true, kwok: true });
-    await env.client.create<Secret>(CoreResources.secrets, sampleSecret());
-    for (const g of GROUPS) {
-      const cls = sampleMachineClass(cloud, `${POOL}-${g.name}`);
-      cls.providerSpec.machineType = g.shape.type;
-      // gardener's sample class asks for spot (spotPrice: ""); the on-demand ones do not.
-      if (!g.spot) delete cls.providerSpec.spotPrice;
-      cls.nodeTemplate = {
-        capacity: g.shape.capacity,
-        instanceType: g.shape.type,
-        region: REGION,
-        zone: ZONE,
-      };
-      await env.client.create<MachineClass>(MachineClassResource, cls);
-      await env.createDeployment(
-        `${POOL}-${g.name}`,
-        0,
-        `${POOL}-${g.name}`,
-        {},
-        {
-          nodeTemplate: { metadata: { labels: { pool: POOL } } },
-        },
-      );
-    }
+    // The classes exist before the manager starts: its first orphan collection pass lists the
+    // spot class, which is how the provider learns to fetch its spot price.
+    aws = await startAwsE2eEnv({
+      capacityByType: { [LARGE.type]: LARGE.capacity, [XXL.type]: XXL.capacity },
+      prepare: async (e, c) => {
+        for (const g of GROUPS) {
+          const cls = sampleMachineClass(c, `${POOL}-${g.name}`);
+          cls.providerSpec.machineType = g.shape.type;
+          // gardener's sample class asks for spot (spotPrice: ""); the on-demand ones do not.
+          if (!g.spot) delete cls.providerSpec.spotPrice;
+          cls.nodeTemplate = {
+            capacity: g.shape.capacity,
+            instanceType: g.shape.type,
+            region: REGION,
+            zone: ZONE,
+          };
+          await e.client.create<MachineClass>(MachineClassResource, cls);
+          await e.createDeployment(
+            `${POOL}-${g.name}`,
+            0,
+            `${POOL}-${g.name}`,
+            {},
+            {
+              nodeTemplate: { metadata: { labels: { pool: POOL } } },
+            },
+          );
+        }
+      },
+    });
+    ({ env } = aws);
     await serve('large');
     await serve('xxl');
-    const dir = path.join(env.cp.workDir, 'tls');
-    mkdirSync(dir);
-    const tls = writeMtlsBundle(dir, createMtlsBundle());
-    await env.startManager({
-      grpcAddress: '127.0.0.1:0',
-      grpcTlsCertFile: tls.serverCertFile,
-      grpcTlsKeyFile: tls.serverKeyFile,
-      grpcClientCaFile: tls.caFile,
-      machineDrainTimeoutMs: 30_000,
-    });
-    kubelet = new Ec2KubeletSimulator({
-      endpoint: moto.endpoint,
-      region: REGION,
-      clusterTag: CLUSTER_TAG,
-      client: env.client,
-      capacityByType: { [LARGE.type]: LARGE.capacity, [XXL.type]: XXL.capacity },
-    });
-    kubelet.start();
-    ca = await startAutoscaler({
-      version,
-      controlPlane: env.cp,
-      address: `127.0.0.1:${env.manager?.grpcPort ?? 0}`,
-      tls: { certFile: tls.clientCertFile, keyFile: tls.clientKeyFile, caFile: tls.caFile },
-      grpcTimeout: '10s',
-      flags: { expander: 'price', 'scale-down-enabled': false },
-    });
+    ca = await aws.startAutoscaler(version, { expander: 'price', 'scale-down-enabled': false });
   });
 
   after(async () => {
-    await ca?.stop();
-    await kubelet.stop();
-    await env.stop();
-    cloud.ec2.destroy();
-    cloud.iam.destroy();
-    await moto.stop();
-    if (savedEndpoint === undefined) delete process.env.AWS_ENDPOINT_URL_EC2;
-    else process.env.AWS_ENDPOINT_URL_EC2 = savedEndpoint;
+    await aws.stop();
   });
 
   it(`cluster-autoscaler ${version}: of m5.large (0.096/h) and m5.2xlarge (0.384/h) on demand, the m5.large group is scaled up`, async () => {
