@@ -1,5 +1,6 @@
 // Loading of the project's .proto files (protos/ at the package root): the externalgrpc service and
-// the gRPC health service for @grpc/grpc-js, and the Kubernetes Node subset for encoding templates.
+// the gRPC health service (proto-loader definitions: paths, encoders and decoders, for our server in
+// grpc.ts and for grpc-js clients), and the Kubernetes Node and Pod subsets.
 
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';

@@ -4,15 +4,7 @@
 // deployment (replicas, and the trigger-deletion annotation naming the machines to remove), and the
 // MachineDeployment, MachineSet and Machine controllers do the rest under their safety limits.
 
-import {
-  Server,
-  ServerCredentials,
-  status,
-  type sendUnaryData,
-  type ServerUnaryCall,
-  type ServerWritableStream,
-  type UntypedServiceImplementation,
-} from '@grpc/grpc-js';
+import { status } from '@grpc/grpc-js';
 
 import { Annotation } from '../api/constants.js';
 import { replicasOf } from '../api/replicas.js';
@@ -38,6 +30,7 @@ import {
   unimplemented,
 } from './errors.js';
 import type { NodeGroup, NodeGroupFlag } from './groups.js';
+import { GrpcServer, type ServerStreamCall, type UnaryCall, type UnaryHandler } from './grpc.js';
 import { carriesTemplate, instanceOf, isRegistered, justReady, machineOfPlaceholder } from './instances.js';
 import { GroupLookup, type NodeRef } from './lookup.js';
 import { RefusalLog, clientIdentity, describeClient, isAllowedClient } from './authz.js';
@@ -61,7 +54,7 @@ import {
 } from './proto.js';
 import { planDecrease, planDeleteNodes, planIncrease, type DeletePlan } from './scaling.js';
 import { buildTemplateNode } from './template.js';
-import { ReloadingServerTls, describeTlsMaterial } from './tls.js';
+import { ReloadingServerTls, describeTlsMaterial, secureContextOptions } from './tls.js';
 import { rfc3339 } from '../controllers/conditions.js';
 import { machinesGoing } from '../controllers/machinedeployment/marks.js';
 
@@ -149,9 +142,9 @@ function notAutoscaled(): Buffer {
 }
 
 export class AutoscalerServer {
-  // Channelz keeps per-call statistics (two clock reads and counters per call) that nothing here
-  // reads; at the autoscaler's ~20,000 calls per loop every per-call cost counts.
-  private readonly server = new Server({ 'grpc.enable_channelz': 0 });
+  // Our own gRPC transport (grpc.ts): at the autoscaler's ~17,000 calls per loop, grpc-js's
+  // per-call machinery cost as much as everything else the server does for a call.
+  private readonly server = new GrpcServer();
   private readonly lookup: GroupLookup;
   private readonly metrics: AutoscalerMetrics;
   private readonly log: Logger;
@@ -161,7 +154,7 @@ export class AutoscalerServer {
     DeepReadonly<MachineDeployment>,
     { cls: DeepReadonly<MachineClass> | undefined; groupId: string; answer: Buffer | GrpcStatusError }
   >();
-  private readonly healthWatchers = new Set<ServerWritableStream<unknown, unknown>>();
+  private readonly healthWatchers = new Set<ServerStreamCall>();
   private readonly allowedClients: ReadonlySet<string>;
   private readonly optionProblems = new Set<string>();
   private readonly refusals: RefusalLog;
@@ -206,23 +199,25 @@ export class AutoscalerServer {
       NodeGroupTemplateNodeInfo: (req) => this.templateNodeInfo(str(req.id)),
       NodeGroupGetOptions: (req) => this.getOptions(req as unknown as GetOptionsRequest),
     };
-    const impl: UntypedServiceImplementation = {};
+    const impl: Record<string, UnaryHandler> = {};
     for (const [method, fn] of Object.entries(handlers)) impl[method] = this.unary(method, fn);
     this.server.addService(cloudProviderService(), impl);
     // Health stays open to every client the handshake accepted (the allowlist guards the
     // CloudProvider service only): it tells no more than SERVING or NOT_SERVING, and probes
     // such as grpc_health_probe need not carry the autoscaler's identity.
+    const serviceOf = (call: UnaryCall | ServerStreamCall): string =>
+      (call.request as { service?: string } | null)?.service ?? '';
     this.server.addService(healthService(), {
-      Check: (call: ServerUnaryCall<{ service?: string }, unknown>, cb: sendUnaryData<unknown>) => {
-        const s = this.healthStatus(call.request.service ?? '');
+      Check: (call: UnaryCall) => {
+        const s = this.healthStatus(serviceOf(call));
         if (s === undefined)
-          cb({ code: status.NOT_FOUND, details: `unknown service ${call.request.service ?? ''}` });
-        else cb(null, { status: s });
+          call.fail({ code: status.NOT_FOUND, details: `unknown service ${serviceOf(call)}` });
+        else call.answer({ status: s });
       },
-      Watch: (call: ServerWritableStream<{ service?: string }, unknown>) => {
-        call.write({ status: this.healthStatus(call.request.service ?? '') ?? 'SERVICE_UNKNOWN' });
+      Watch: (call: ServerStreamCall) => {
+        call.write({ status: this.healthStatus(serviceOf(call)) ?? 'SERVICE_UNKNOWN' });
         this.healthWatchers.add(call);
-        call.on('cancelled', () => this.healthWatchers.delete(call));
+        call.onCancelled(() => this.healthWatchers.delete(call));
       },
     });
   }
@@ -240,13 +235,13 @@ export class AutoscalerServer {
         metrics: this.metrics,
       });
     }
-    const creds = this.tls === undefined ? ServerCredentials.createInsecure() : this.tls.credentials;
-    this.port = await new Promise<number>((resolve, reject) => {
-      this.server.bindAsync(this.opts.address, creds, (err, port) => {
-        if (err === null) resolve(port);
-        else reject(err);
-      });
+    this.tls?.onUpdate((material) => {
+      this.server.setSecureContext(secureContextOptions(material));
     });
+    this.port = await this.server.listen(
+      this.opts.address,
+      this.tls === undefined ? undefined : secureContextOptions(this.tls.current()),
+    );
     this.tls?.start();
     this.serving = true;
     this.notifyHealth();
@@ -274,16 +269,7 @@ export class AutoscalerServer {
     this.notifyHealth();
     for (const w of this.healthWatchers) w.end();
     this.healthWatchers.clear();
-    await new Promise<void>((resolve) => {
-      const timer = setTimeout(() => {
-        this.server.forceShutdown();
-        resolve();
-      }, graceMs);
-      this.server.tryShutdown(() => {
-        clearTimeout(timer);
-        resolve();
-      });
-    });
+    await this.server.shutdown(graceMs);
   }
 
   private notifyHealth(): void {
@@ -294,61 +280,80 @@ export class AutoscalerServer {
    * Wraps a handler: authorization, status mapping, metrics, one debug line per call. A handler
    * that answers synchronously (every read) is answered in the same turn, without promises.
    */
-  private unary(method: string, fn: Handler) {
+  private unary(method: string, fn: Handler): UnaryHandler {
     const recorder = callRecorder(this.metrics, method);
-    return (
-      call: ServerUnaryCall<Record<string, unknown>, unknown>,
-      callback: sendUnaryData<unknown>,
-    ): void => {
+    return (call) => {
       const started = performance.now();
       if (this.allowedClients.size > 0) {
-        const id = clientIdentity(call.getAuthContext().sslPeerCertificate);
+        const id = clientIdentity(call.peerCertificate());
         if (!isAllowedClient(id, this.allowedClients)) {
           const client = describeClient(id);
           done(recorder, started, status[status.PERMISSION_DENIED]);
           this.refusals.refused(client, method);
-          callback({
+          call.fail({
             code: status.PERMISSION_DENIED,
             details: `the client certificate (${client}) is not allowed to call this server (--grpc-client-allowed-names)`,
           });
           return;
         }
       }
-      const answered = (res: unknown): void => {
-        done(recorder, started, 'OK');
-        this.log.debug('autoscaler call', { method, request: call.request });
-        callback(null, res);
-      };
-      const failed = (err: unknown): void => {
-        const e =
-          err instanceof GrpcStatusError
-            ? err
-            : new GrpcStatusError(status.UNAVAILABLE, `${method}: ${errorMessage(err)}`, { cause: err });
-        const code = status[e.code];
-        done(recorder, started, code);
-        // Unpriced nodes are asked about in every loop that prices: not worth a line each time.
-        if (e.code === status.UNIMPLEMENTED || (e.code === status.NOT_FOUND && method.startsWith('Pricing')))
-          this.log.debug('autoscaler call', { method, code, message: e.message });
-        else
-          this.log.info('autoscaler call refused', {
-            method,
-            code,
-            message: e.message,
-            request: call.request,
-          });
-        callback({ code: e.code, details: e.message });
-      };
       let res: unknown;
       try {
-        res = fn(call.request, deadlineOf(call));
+        res = fn(call.request as Record<string, unknown>, deadlineOf(call));
       } catch (err) {
-        failed(err);
+        this.failed(method, recorder, started, call, err);
         return;
       }
-      if (res instanceof Promise) res.then(answered, failed);
-      else if (res instanceof GrpcStatusError) failed(res);
-      else answered(res);
+      if (res instanceof Promise) {
+        res.then(
+          (r: unknown) => {
+            this.answered(method, recorder, started, call, r);
+          },
+          (err: unknown) => {
+            this.failed(method, recorder, started, call, err);
+          },
+        );
+      } else if (res instanceof GrpcStatusError) this.failed(method, recorder, started, call, res);
+      else this.answered(method, recorder, started, call, res);
     };
+  }
+
+  private answered(
+    method: string,
+    recorder: CallRecorder,
+    started: number,
+    call: UnaryCall,
+    res: unknown,
+  ): void {
+    done(recorder, started, 'OK');
+    this.log.debug('autoscaler call', { method, request: call.request });
+    call.answer(res);
+  }
+
+  private failed(
+    method: string,
+    recorder: CallRecorder,
+    started: number,
+    call: UnaryCall,
+    err: unknown,
+  ): void {
+    const e =
+      err instanceof GrpcStatusError
+        ? err
+        : new GrpcStatusError(status.UNAVAILABLE, `${method}: ${errorMessage(err)}`, { cause: err });
+    const code = status[e.code];
+    done(recorder, started, code);
+    // Unpriced nodes are asked about in every loop that prices: not worth a line each time.
+    if (e.code === status.UNIMPLEMENTED || (e.code === status.NOT_FOUND && method.startsWith('Pricing')))
+      this.log.debug('autoscaler call', { method, code, message: e.message });
+    else
+      this.log.info('autoscaler call refused', {
+        method,
+        code,
+        message: e.message,
+        request: call.request,
+      });
+    call.fail({ code: e.code, details: e.message });
   }
 
   // ---- reads ----------------------------------------------------------------------------------
@@ -799,9 +804,8 @@ function done(recorder: CallRecorder, started: number, code: string): void {
 }
 
 /** The call's deadline in epoch milliseconds (30 s from now when the client set none). */
-function deadlineOf(call: ServerUnaryCall<unknown, unknown>): number {
-  const d = call.getDeadline();
-  return d instanceof Date ? d.getTime() : Number.isFinite(d) ? d : Date.now() + 30_000;
+function deadlineOf(call: UnaryCall): number {
+  return Number.isFinite(call.deadline) ? call.deadline : Date.now() + 30_000;
 }
 
 function toRef(n: WireNode): NodeRef {

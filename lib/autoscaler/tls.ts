@@ -8,16 +8,14 @@
 // events. A change is re-read as a set and validated (certificate and key belong together, every
 // file parses, Node accepts the combination) before it replaces the material in use; a half-written
 // or broken set is logged and ignored, and the previous material stays. New connections get the new
-// certificate; connections already open keep theirs. grpc-js applies the update through its
-// certificate-provider credentials, which call setSecureContext on the listening HTTP/2 server.
+// certificate; connections already open keep theirs. The server applies each update with
+// setSecureContext on its listening HTTP/2 server (onUpdate).
 
 import { X509Certificate, createPrivateKey } from 'node:crypto';
 import { watch, type FSWatcher } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
-import { createSecureContext } from 'node:tls';
-
-import { experimental, type ServerCredentials } from '@grpc/grpc-js';
+import { createSecureContext, type SecureContextOptions } from 'node:tls';
 
 import type { Clock, TimerHandle } from '../kube/clock.js';
 import { errorMessage } from '../kube/errors.js';
@@ -131,56 +129,6 @@ async function loadTlsMaterial(files: TlsFiles): Promise<TlsMaterial> {
   return validateTlsMaterial(files, cert, key, clientCA);
 }
 
-/**
- * grpc-js's certificate-provider seam: the credentials subscribe here, and each update becomes a
- * new secure context for the connections that follow.
- */
-class MaterialProvider implements experimental.CertificateProvider {
-  private readonly caListeners = new Set<experimental.CaCertificateUpdateListener>();
-  private readonly identityListeners = new Set<experimental.IdentityCertificateUpdateListener>();
-
-  constructor(private material: TlsMaterial) {}
-
-  update(material: TlsMaterial): void {
-    this.material = material;
-    // Both in one synchronous turn: no handshake can see the new identity with the old CA.
-    for (const l of this.identityListeners) l(this.identity());
-    for (const l of this.caListeners) l(this.ca());
-  }
-
-  private identity(): experimental.IdentityCertificateUpdate {
-    return { certificate: this.material.cert, privateKey: this.material.key };
-  }
-
-  private ca(): experimental.CaCertificateUpdate {
-    return { caCertificate: this.material.clientCA };
-  }
-
-  // grpc-js registers its listener before it registers the server that consumes the update, so
-  // the first update goes out on the next tick (as grpc-js's own providers do).
-  addCaCertificateListener(listener: experimental.CaCertificateUpdateListener): void {
-    this.caListeners.add(listener);
-    process.nextTick(() => {
-      if (this.caListeners.has(listener)) listener(this.ca());
-    });
-  }
-
-  removeCaCertificateListener(listener: experimental.CaCertificateUpdateListener): void {
-    this.caListeners.delete(listener);
-  }
-
-  addIdentityCertificateListener(listener: experimental.IdentityCertificateUpdateListener): void {
-    this.identityListeners.add(listener);
-    process.nextTick(() => {
-      if (this.identityListeners.has(listener)) listener(this.identity());
-    });
-  }
-
-  removeIdentityCertificateListener(listener: experimental.IdentityCertificateUpdateListener): void {
-    this.identityListeners.delete(listener);
-  }
-}
-
 export type ReloadResult = 'unchanged' | 'reloaded' | 'rejected';
 
 export interface ReloadingTlsOptions {
@@ -206,10 +154,14 @@ export function describeTlsMaterial(m: TlsMaterial): Record<string, unknown> {
   };
 }
 
-/** Server credentials whose certificate, key and client CA follow the files. */
+/** What a TLS server serves with: the certificate, its key and the client CA bundle. */
+export function secureContextOptions(m: TlsMaterial): SecureContextOptions {
+  return { cert: m.cert, key: m.key, ca: m.clientCA };
+}
+
+/** The server's certificate, key and client CA, following the files. */
 export class ReloadingServerTls {
-  readonly credentials: ServerCredentials;
-  private readonly provider: MaterialProvider;
+  private readonly listeners = new Set<(material: TlsMaterial) => void>();
   private readonly log: Logger;
   private readonly watchers: FSWatcher[] = [];
   private debounce: TimerHandle | undefined;
@@ -225,13 +177,6 @@ export class ReloadingServerTls {
     private readonly opts: ReloadingTlsOptions,
   ) {
     this.log = opts.logger;
-    this.provider = new MaterialProvider(material);
-    // The provider serves both the identity and the CA; client certificates are required.
-    this.credentials = experimental.createCertificateProviderServerCredentials(
-      this.provider,
-      this.provider,
-      true,
-    );
     this.opts.metrics.serverCertificateExpiry.set(material.serverExpiresAt / 1000);
   }
 
@@ -245,6 +190,15 @@ export class ReloadingServerTls {
 
   current(): TlsMaterial {
     return this.material;
+  }
+
+  /**
+   * Calls listener with every set taken into use from now on (the certificate, key and CA of one
+   * set together, in one call); returns the unsubscribe.
+   */
+  onUpdate(listener: (material: TlsMaterial) => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
   }
 
   /** Starts following the files. */
@@ -338,7 +292,7 @@ export class ReloadingServerTls {
     const previous = this.material;
     this.material = next;
     this.lastProblem = undefined;
-    this.provider.update(next);
+    for (const l of this.listeners) l(next);
     this.opts.metrics.tlsReloads.inc({ result: 'success' });
     this.opts.metrics.serverCertificateExpiry.set(next.serverExpiresAt / 1000);
     this.log.info('reloaded the gRPC TLS files: new connections use them', {
