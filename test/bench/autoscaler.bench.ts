@@ -2,34 +2,54 @@
 // against it. The machine objects and Nodes are written straight into a real kube-apiserver (no
 // controllers run, so nothing changes under the measurement); the server reads them through the
 // same shared informers the manager uses.
+//
+// Every loop considers a scale-up and prices it (`--expander=price`): pending pods that no Node
+// can hold (they require the kubernetes.io/hostname label, which the benchmark's Nodes lack and
+// the autoscaler's template nodes carry) fit every group's template, so the autoscaler computes an
+// option per group, prices each (PricingNodePrice per option, PricingPodPrice per pod and option),
+// and asks the cheapest group to grow. The API server refuses that write (a
+// ValidatingAdmissionPolicy: no MachineDeployment may grow), our server answers UNAVAILABLE, the
+// floors answer the same, and with a 1 s back-off the next loop does it all again: the state never
+// changes. Every group carries gardener's option annotations, so NodeGroupGetOptions answers
+// options merged over the autoscaler's defaults; prices come from the class's and, for every other
+// group, the deployment's price annotation.
 
+import { randomUUID } from 'node:crypto';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import type { Profiler } from 'node:inspector';
 import { cpus, loadavg } from 'node:os';
 import path from 'node:path';
 
+import protobuf from 'protobufjs';
+
 import { Label } from '../../lib/api/constants.js';
 import {
   API_VERSION,
+  MachineClassResource,
   MachineDeploymentResource,
   MachineResource,
   MachineSetResource,
   type Machine,
+  type MachineClass,
   type MachineDeployment,
   type MachineSet,
 } from '../../lib/api/types.js';
 import { GroupAnnotation } from '../../lib/autoscaler/groups.js';
+import { OptionAnnotation, hasOverrides, parseOptionAnnotations } from '../../lib/autoscaler/options.js';
+import { PRICE_ANNOTATION } from '../../lib/autoscaler/pricing.js';
+import { encodeResponse } from '../../lib/autoscaler/proto.js';
 import { AutoscalerServer } from '../../lib/autoscaler/server.js';
 import { SharedInformers } from '../../lib/controllers/context.js';
 import { KubeClient } from '../../lib/kube/client.js';
 import { RealClock } from '../../lib/kube/clock.js';
-import { CoreResources } from '../../lib/kube/resources.js';
-import type { Node } from '../../lib/kube/types.js';
+import { ForbiddenError, isInvalid } from '../../lib/kube/errors.js';
+import { CoreResources, type ResourceType } from '../../lib/kube/resources.js';
+import type { KubeObject, Node, Pod } from '../../lib/kube/types.js';
 import { nullLogger } from '../../lib/observability/logger.js';
 import { newRegistry } from '../../lib/observability/metrics.js';
 import { startAutoscaler, type Autoscaler } from '../harness/autoscaler.js';
 import { startControlPlane, type ControlPlane } from '../harness/controlplane.js';
-import { cloudProviderClient } from '../harness/grpcclient.js';
+import { cloudProviderClient, grpcCode, type CloudProviderClient } from '../harness/grpcclient.js';
 import { ManagedProcess, waitUntil } from '../harness/process.js';
 import {
   autoscalerFloorBinary,
@@ -38,12 +58,41 @@ import {
   repoRoot,
 } from '../harness/tools.js';
 import { byComponent, byFunction, startCpuProfile } from './cpuprofile.js';
+import type { FloorAnswers } from './grpcfloor-node.js';
 import { markdownTable, printTable } from './table.js';
 import type { Registry } from 'prom-client';
 
 const NS = 'default';
 const GO_FLOOR = 'Go floor (grpc-go, prebuilt answers)';
-const NODE_FLOOR = 'Node floor (node:http2 without grpc-js, prebuilt answers)';
+const NODE_FLOOR = 'Node floor (node:http2, prebuilt answers)';
+
+/** The class of every group: a nodeTemplate (so pods have a price) and a price annotation. */
+const CLASS = 'bench';
+const CLASS_PRICE = '0.3';
+/** Every other group (the even ones) has a price of its own, pool-0 the lowest. */
+const groupPrice = (g: number): string | undefined => (g % 2 === 0 ? (0.2 + g / 1000).toFixed(3) : undefined);
+/** gardener's per-group options, on every group. */
+const GROUP_OPTIONS: Record<string, string> = {
+  [OptionAnnotation.ScaleDownUtilizationThreshold]: '0.6',
+  [OptionAnnotation.ScaleDownUnneededTime]: '20m',
+};
+/** What each pending pod asks for: a quarter of a node. */
+const POD_REQUESTS = { cpu: '1', memory: '1Gi' };
+/** The policy that refuses every MachineDeployment write that raises replicas. */
+const NO_SCALE_UP = 'bench-no-scale-up';
+
+const ValidatingAdmissionPolicies: ResourceType = {
+  group: 'admissionregistration.k8s.io',
+  version: 'v1',
+  plural: 'validatingadmissionpolicies',
+  kind: 'ValidatingAdmissionPolicy',
+  namespaced: false,
+};
+const ValidatingAdmissionPolicyBindings: ResourceType = {
+  ...ValidatingAdmissionPolicies,
+  plural: 'validatingadmissionpolicybindings',
+  kind: 'ValidatingAdmissionPolicyBinding',
+};
 
 async function pool<T>(items: T[], width: number, fn: (item: T) => Promise<unknown>): Promise<void> {
   let next = 0;
@@ -102,6 +151,25 @@ interface LoopWindow {
   meanLoopMs: number;
   calls: Map<string, number>;
   cpuMs: number;
+  /** What the autoscaler logged over the window, by ScaleUpLog key. */
+  scaleUps: Map<string, number>;
+}
+
+/**
+ * Lines of the autoscaler's log (at --v=1) that tell whether a loop priced a scale-up: the best
+ * option it chose, the refused IncreaseSize that follows, and what would mean the pricing failed.
+ */
+const ScaleUpLog: Record<string, RegExp> = {
+  'best option chosen': /Best option to resize: /g,
+  'scale-up refused': /Failed to scale up: /g,
+  'pricing failed':
+    /Failed to (calculate node price|calculate pod price|get price for stabilization pod)|Expander filtered out all options/g,
+  'no expansion options': /No expansion options|No unschedulable pods/g,
+  'cluster unhealthy': /Cluster is not ready for autoscaling/g,
+};
+
+function countScaleUpLog(log: string): Map<string, number> {
+  return new Map(Object.entries(ScaleUpLog).map(([k, re]) => [k, log.match(re)?.length ?? 0]));
 }
 
 /** The autoscaler's own count and total duration of its main loop (cluster_autoscaler_function_duration_seconds). */
@@ -134,8 +202,17 @@ async function measureLoops(opts: {
     controlPlane: opts.cp,
     address: opts.address,
     grpcTimeout: '30s',
-    verbosity: 1,
-    flags: { 'scan-interval': '10s', 'scale-down-enabled': false },
+    // At least 1: the scale-up lines counted below are logged at 1.
+    verbosity: Math.max(1, Number(process.env.BENCH_CA_VERBOSITY ?? 1)),
+    flags: {
+      'scan-interval': '10s',
+      'scale-down-enabled': false,
+      expander: 'price',
+      // The refused scale-up backs the cheapest group off for a second only: the next loop
+      // considers all groups again.
+      'initial-node-group-backoff-duration': '1s',
+      'max-node-group-backoff-duration': '1s',
+    },
     startTimeoutMs: 120_000,
   });
   try {
@@ -150,9 +227,11 @@ async function measureLoops(opts: {
     };
     const m0 = await until(1, 120_000);
     const s0 = await opts.sample();
+    const log0 = countScaleUpLog(autoscaler.log());
     const profiling = opts.profile === undefined ? undefined : await startCpuProfile();
     const m1 = await until(m0.count + opts.loops, (opts.loops + 4) * 30_000);
     const s1 = await opts.sample();
+    const log1 = countScaleUpLog(autoscaler.log());
     const profile =
       profiling !== undefined && opts.profile !== undefined
         ? profileSections(opts.profile, await profiling.stop(opts.profile))
@@ -168,6 +247,7 @@ async function measureLoops(opts: {
       meanLoopMs: loops === 0 ? 0 : ((m1.sum - m0.sum) / loops) * 1000,
       calls,
       cpuMs: s1.cpuMs - s0.cpuMs,
+      scaleUps: new Map([...log1].map(([k, n]) => [k, n - (log0.get(k) ?? 0)])),
       profile,
     };
   } finally {
@@ -216,13 +296,15 @@ interface FloorServer {
 
 /**
  * A floor serving the same groups, the Go floor (test/bench/anchor/grpcfloor) or the Node floor
- * (test/bench/grpcfloor-node.ts): the same flags, "listening on", and stats on SIGUSR1.
+ * (test/bench/grpcfloor-node.ts): the same flags, the answers file, "listening on", and stats on
+ * SIGUSR1.
  */
 async function startFloor(
   cp: ControlPlane,
   floor: { name: string; file: string; command: string; args: string[] },
   groups: number,
   perGroup: number,
+  answersFile: string,
 ): Promise<FloorServer> {
   const logFile = path.join(cp.logDir, `${floor.file}.log`);
   const proc = new ManagedProcess({
@@ -235,6 +317,7 @@ async function startFloor(
       `--groups=${groups}`,
       `--per-group=${perGroup}`,
       '--provider-prefix=virtual://bench/',
+      `--answers=${answersFile}`,
     ],
     logFile,
   });
@@ -279,21 +362,308 @@ async function startFloor(
   return { name: floor.name, address, sample, stop: () => proc.stop() };
 }
 
+/** Where a results file's hand-kept summary of earlier runs starts; a run keeps it below its tables. */
+const EARLIER_RUNS = '## Earlier runs';
+
+function earlierRuns(file: string): string {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch {
+    return '';
+  }
+  const at = text.indexOf(`\n${EARLIER_RUNS}\n`);
+  return at < 0 ? '' : text.slice(at);
+}
+
 /** Several windows as one: loops and calls added up, the mean loop weighted by loops. */
 function merged(windows: LoopWindow[]): LoopWindow {
   const loops = windows.reduce((a, w) => a + w.loops, 0);
   const calls = new Map<string, number>();
   for (const w of windows) for (const [m, n] of w.calls) calls.set(m, (calls.get(m) ?? 0) + n);
+  const scaleUps = new Map<string, number>();
+  for (const w of windows) for (const [k, n] of w.scaleUps) scaleUps.set(k, (scaleUps.get(k) ?? 0) + n);
   return {
     loops,
     meanLoopMs: loops === 0 ? 0 : windows.reduce((a, w) => a + w.meanLoopMs * w.loops, 0) / loops,
     calls,
     cpuMs: windows.reduce((a, w) => a + w.cpuMs, 0),
+    scaleUps,
   };
 }
 
 function sum(m: Map<string, number>): number {
   return [...m.values()].reduce((a, b) => a + b, 0);
+}
+
+/** A request every server must answer alike (value, or status code). */
+interface Probe {
+  method: string;
+  req: Record<string, unknown>;
+}
+
+/** now → now + 1 h, the window the price expander asks for. */
+function hourWindow(): Record<string, unknown> {
+  const start = Math.floor(Date.now() / 1000);
+  return { startTimestamp: { seconds: start, nanos: 0 }, endTimestamp: { seconds: start + 3600, nanos: 0 } };
+}
+
+let podType: protobuf.Type | undefined;
+
+/** A pod as the autoscaler sends it (Go's v1.Pod.Marshal; the fields pricing reads). */
+function podBytes(name: string, requests: { cpu: string; memory: string }): Buffer {
+  podType ??= protobuf
+    .loadSync(path.join(repoRoot, 'protos', 'k8s-pod.proto'))
+    .lookupType('k8s.io.api.core.v1.Pod');
+  const pod = podType.fromObject({
+    metadata: { name, namespace: NS },
+    spec: {
+      containers: [
+        {
+          name: 'c',
+          resources: {
+            requests: { cpu: { string: requests.cpu }, memory: { string: requests.memory } },
+          },
+        },
+      ],
+    },
+  });
+  return Buffer.from(podType.encode(pod).finish());
+}
+
+/** A template node of group g as the autoscaler prices it: a sanitized copy of one of its nodes. */
+function templateNode(g: number): Record<string, unknown> {
+  return {
+    providerID: `virtual://bench/pool-${g}-m0`,
+    name: `template-node-for-${NS}/pool-${g}-4312`,
+    labels: { pool: `pool-${g}`, 'kubernetes.io/hostname': `template-node-for-${NS}/pool-${g}-4312` },
+  };
+}
+
+/**
+ * Our server's answers for what the floors cannot derive (prices, each group's options and
+ * template, the refused scale-up), for the floors to serve from memory; and the requests by which
+ * the floors are checked to answer as our server does.
+ */
+async function recordAnswers(
+  ca: CloudProviderClient,
+  deployments: MachineDeployment[],
+): Promise<{ answers: FloorAnswers; probes: Probe[] }> {
+  const answers: FloorAnswers = { groups: {}, podPrices: {} };
+  for (const [g, mcd] of deployments.entries()) {
+    const id = `${NS}/${mcd.metadata.name ?? ''}`;
+    const price = await ca.call('PricingNodePrice', { node: templateNode(g), ...hourWindow() });
+    const template = await ca.call('NodeGroupTemplateNodeInfo', { id });
+    const { overrides } = parseOptionAnnotations(mcd.metadata.annotations);
+    answers.groups[id] = {
+      nodePrice: Number(price.price),
+      template: encodeResponse('NodeGroupTemplateNodeInfo', template).toString('base64'),
+      ...(hasOverrides(overrides) ? { options: overrides } : {}),
+    };
+  }
+  // The price expander's stabilization pod (0.5 CPU, 500 MiB, as Go's resource.Quantity writes it).
+  const stabilize = podBytes('stabilize', { cpu: '500m', memory: '524288k' });
+  const pending = podBytes('pending-0', POD_REQUESTS);
+  for (const [name, pod] of [
+    ['stabilize', stabilize],
+    ['*', pending],
+  ] as const) {
+    const p = await ca.call('PricingPodPrice', { pod_bytes: pod, ...hourWindow() });
+    answers.podPrices[name] = Number(p.price);
+  }
+  try {
+    await ca.call('NodeGroupIncreaseSize', { id: `${NS}/pool-0`, delta: 1 });
+    throw new Error('our server raised pool-0: the API server does not refuse scale-ups');
+  } catch (err) {
+    if (grpcCode(err) !== 14) throw err;
+    answers.refuseIncrease = (err as { details?: string }).details ?? 'refused';
+  }
+  const last = deployments.length - 1;
+  const probes: Probe[] = [
+    ...[0, 1, last].flatMap((g) => [
+      { method: 'PricingNodePrice', req: { node: templateNode(g), ...hourWindow() } },
+      { method: 'NodeGroupTemplateNodeInfo', req: { id: `${NS}/pool-${g}` } },
+      {
+        method: 'NodeGroupGetOptions',
+        req: {
+          id: `${NS}/pool-${g}`,
+          // cluster-autoscaler's defaults under the harness's flags.
+          defaults: {
+            scaleDownUtilizationThreshold: 0.5,
+            scaleDownGpuUtilizationThreshold: 0.5,
+            scaleDownUnneededDuration: { seconds: 5 },
+            scaleDownUnreadyDuration: { seconds: 30 },
+            MaxNodeProvisionDuration: { seconds: 60 },
+          },
+        },
+      },
+    ]),
+    {
+      method: 'PricingNodePrice',
+      req: { node: { providerID: 'virtual://bench/pool-1-m3', name: 'pool-1-m3' }, ...hourWindow() },
+    },
+    { method: 'PricingPodPrice', req: { pod_bytes: stabilize, ...hourWindow() } },
+    { method: 'PricingPodPrice', req: { pod_bytes: pending, ...hourWindow() } },
+    { method: 'NodeGroupIncreaseSize', req: { id: `${NS}/pool-0`, delta: 1 } },
+  ];
+  return { answers, probes };
+}
+
+/** Fails the benchmark unless the floor answers the probes as our server does. */
+async function expectSameAnswers(floor: FloorServer, ours: string, probes: Probe[]): Promise<void> {
+  const outcome = (c: CloudProviderClient, p: Probe): Promise<string> =>
+    c.call(p.method, p.req).then(
+      (r) => JSON.stringify(r),
+      (err: unknown) => `status ${grpcCode(err)}`,
+    );
+  const a = cloudProviderClient(ours);
+  const b = cloudProviderClient(floor.address);
+  try {
+    for (const p of probes) {
+      const [x, y] = [await outcome(a, p), await outcome(b, p)];
+      if (x !== y) {
+        throw new Error(
+          `${floor.name} answers ${p.method} otherwise than our server: ${y.slice(0, 300)} against ${x.slice(0, 300)}`,
+        );
+      }
+    }
+  } finally {
+    a.close();
+    b.close();
+  }
+}
+
+/**
+ * Makes the API server refuse every MachineDeployment write that raises replicas (a
+ * ValidatingAdmissionPolicy), and waits until it does.
+ */
+async function refuseScaleUps(client: KubeClient): Promise<void> {
+  const apiVersion = 'admissionregistration.k8s.io/v1';
+  await client.create(ValidatingAdmissionPolicies, {
+    apiVersion,
+    kind: 'ValidatingAdmissionPolicy',
+    metadata: { name: NO_SCALE_UP },
+    spec: {
+      failurePolicy: 'Fail',
+      matchConstraints: {
+        resourceRules: [
+          {
+            apiGroups: ['machine.sapcloud.io'],
+            apiVersions: ['*'],
+            operations: ['UPDATE'],
+            resources: ['machinedeployments'],
+          },
+        ],
+      },
+      validations: [
+        {
+          expression:
+            '!has(object.spec.replicas) || !has(oldObject.spec.replicas) || object.spec.replicas <= oldObject.spec.replicas',
+          message:
+            'this cluster refuses scale-ups (npm run bench autoscaler measures the loop on a state that does not change)',
+        },
+      ],
+    },
+  } as KubeObject);
+  await client.create(ValidatingAdmissionPolicyBindings, {
+    apiVersion,
+    kind: 'ValidatingAdmissionPolicyBinding',
+    metadata: { name: NO_SCALE_UP },
+    spec: { policyName: NO_SCALE_UP, validationActions: ['Deny'] },
+  } as KubeObject);
+  // The policy takes effect within seconds: raise a deployment that is no node group until refused.
+  const probe = 'policy-probe';
+  await client.create<MachineDeployment>(MachineDeploymentResource, {
+    apiVersion: API_VERSION,
+    kind: 'MachineDeployment',
+    metadata: { name: probe, namespace: NS },
+    spec: {
+      replicas: 0,
+      selector: { matchLabels: { pool: probe } },
+      strategy: { type: 'RollingUpdate', rollingUpdate: { maxSurge: 1, maxUnavailable: 0 } },
+      template: {
+        metadata: { labels: { pool: probe } },
+        spec: { class: { kind: 'MachineClass', name: CLASS } },
+      },
+    },
+  });
+  const deadline = Date.now() + 60_000;
+  for (let replicas = 1; ; replicas++) {
+    try {
+      await client.patch(
+        MachineDeploymentResource,
+        probe,
+        { spec: { replicas } },
+        { type: 'merge', namespace: NS },
+      );
+    } catch (err) {
+      if (isInvalid(err) || err instanceof ForbiddenError) break;
+      throw err;
+    }
+    if (Date.now() > deadline) throw new Error(`${NO_SCALE_UP} did not take effect within 60 s`);
+    await new Promise((r) => setTimeout(r, 250));
+  }
+  await client.delete(MachineDeploymentResource, probe, { namespace: NS });
+}
+
+/**
+ * Pods the scheduler found no place for (written as it would mark them) that fit every group's
+ * template but no Node: they require the kubernetes.io/hostname label, which the benchmark's Nodes
+ * lack and the autoscaler's template nodes (sanitized copies of them) carry.
+ */
+async function createPendingPods(client: KubeClient, count: number): Promise<void> {
+  const owner = {
+    apiVersion: 'apps/v1',
+    kind: 'ReplicaSet',
+    name: 'pending',
+    uid: randomUUID(),
+    controller: true,
+  };
+  await pool(
+    Array.from({ length: count }, (_, i) => `pending-${i}`),
+    16,
+    async (name) => {
+      await client.create<Pod>(CoreResources.pods, {
+        apiVersion: 'v1',
+        kind: 'Pod',
+        metadata: { name, namespace: NS, labels: { app: 'pending' }, ownerReferences: [owner] },
+        spec: {
+          containers: [
+            { name: 'c', image: 'registry.k8s.io/pause:3.10', resources: { requests: POD_REQUESTS } },
+          ],
+          affinity: {
+            nodeAffinity: {
+              requiredDuringSchedulingIgnoredDuringExecution: {
+                nodeSelectorTerms: [
+                  { matchExpressions: [{ key: 'kubernetes.io/hostname', operator: 'Exists' }] },
+                ],
+              },
+            },
+          },
+        },
+      });
+      await client.patch(
+        CoreResources.pods,
+        name,
+        {
+          status: {
+            phase: 'Pending',
+            conditions: [
+              {
+                type: 'PodScheduled',
+                status: 'False',
+                reason: 'Unschedulable',
+                message: 'no node has the kubernetes.io/hostname label',
+                // Not recent: a recent one starts the autoscaler's loops at once instead of every 10 s.
+                lastTransitionTime: new Date(Date.now() - 3_600_000).toISOString(),
+              },
+            ],
+          },
+        },
+        { type: 'merge', namespace: NS, subresource: 'status' },
+      );
+    },
+  );
 }
 
 /**
@@ -307,8 +677,13 @@ async function compareLoops(opts: {
   version: string;
   groups: number;
   perGroup: number;
+  pendingPods: number;
+  answers: FloorAnswers;
+  probes: Probe[];
 }): Promise<void> {
   const { cp, registry, version, groups, perGroup } = opts;
+  const answersFile = path.join(cp.logDir, 'autoscaler-floor-answers.json');
+  writeFileSync(answersFile, JSON.stringify(opts.answers));
   const total = groups * perGroup;
   const loops = Number(process.env.BENCH_CA_LOOPS ?? 3);
   const profileDir = process.env.MCM_BENCH_CPU_PROFILE;
@@ -328,6 +703,7 @@ async function compareLoops(opts: {
           { name: GO_FLOOR, file: 'autoscaler-floor', command: floorBin.path, args: [] },
           groups,
           perGroup,
+          answersFile,
         ),
       );
     }
@@ -342,8 +718,10 @@ async function compareLoops(opts: {
         },
         groups,
         perGroup,
+        answersFile,
       ),
     );
+    for (const f of floors) await expectSameAnswers(f, `127.0.0.1:${opts.port}`, opts.probes);
     for (let r = 0; r < rounds; r++) {
       oursRounds.push(
         await measureLoops({
@@ -392,7 +770,7 @@ async function compareLoops(opts: {
   };
   const loopRatio = (a: LoopWindow, b: LoopWindow | undefined): string =>
     b === undefined || b.meanLoopMs === 0 ? '–' : (a.meanLoopMs / b.meanLoopMs).toFixed(2);
-  const rows = [row('ours (grpc-js)', ours)];
+  const rows = [row('ours (node:http2, informers)', ours)];
   if (goFloor !== undefined) rows.push(row(GO_FLOOR, goFloor));
   if (nodeFloor !== undefined) rows.push(row(NODE_FLOOR, nodeFloor));
   if (goFloor !== undefined) rows.push(['ours / Go floor', '', loopRatio(ours, goFloor), '', '', '']);
@@ -438,6 +816,17 @@ async function compareLoops(opts: {
       header: ['method', 'ours', ...floors.map((f) => shortName(f.name))],
       rows: methods.map((m) => [m, perLoop(ours, m), ...floors.map((f) => perLoop(floorOf(f.name), m))]),
     },
+    {
+      title:
+        `scale-ups considered per loop, from the autoscaler's log (${opts.pendingPods} pending pods; ` +
+        'every loop should choose a best option and have its scale-up refused, with no pricing failures)',
+      header: ['log line', 'ours', ...floors.map((f) => shortName(f.name))],
+      rows: Object.keys(ScaleUpLog).map((k) => {
+        const per = (w: LoopWindow | undefined): number | string =>
+          w === undefined || w.loops === 0 ? '–' : (w.scaleUps.get(k) ?? 0) / w.loops;
+        return [k, per(ours), ...floors.map((f) => per(floorOf(f.name)))];
+      }),
+    },
     ...ours.profile,
   ];
   for (const t of sections) printTable(t.title, t.header, t.rows);
@@ -457,10 +846,16 @@ async function compareLoops(opts: {
       `node ${process.version}, ${cpus().length} CPUs, load average ${load1} / ${load5} / ${load15} (1 / 5 / 15 min) at the end.`,
     '',
     `${total} Machines and Nodes in ${groups} MachineDeployments written into a real kube-apiserver; cluster-autoscaler ${version} ` +
-      '(`--scan-interval=10s`, scale-down off) runs against our server (grpc-js, reading the shared informers), against ' +
+      '(`--scan-interval=10s`, `--expander=price`, scale-down off) runs against our server (its gRPC transport on node:http2, lib/autoscaler/grpc.ts; reading the shared informers), against ' +
       'the Go floor (test/bench/anchor/grpcfloor: grpc-go, every answer encoded at start-up) and against the Node floor ' +
-      '(test/bench/grpcfloor-node.ts: node:http2 without grpc-js, every answer encoded at start-up: what Node itself costs ' +
+      '(test/bench/grpcfloor-node.ts: node:http2, every answer encoded at start-up: what Node itself costs ' +
       `per call), on the same control plane, in ${rounds} rounds that alternate them (a fresh autoscaler each time). ` +
+      `Every loop prices a scale-up: ${opts.pendingPods} pending pods fit every group's template and no Node, so each group is an ` +
+      'option the price expander prices (PricingNodePrice per option, PricingPodPrice per pod and option); the cheapest ' +
+      "group's IncreaseSize is refused (the API server's ValidatingAdmissionPolicy refuses our write; the floors refuse too) and " +
+      "backs off for 1 s, so nothing changes between loops. Every group carries gardener's option annotations " +
+      '(NodeGroupGetOptions answers options merged over the defaults); prices come from the class annotation and, for every ' +
+      "other group, the deployment's. The floors serve our server's answers, recorded before the loops and checked to match. " +
       'Main loop: the autoscaler\'s own `cluster_autoscaler_function_duration_seconds{function="main"}`, mean over the loops after ' +
       "each start's first. Server CPU: our whole process (process.cpuUsage) and each floor's (getrusage; process.cpuUsage), over the same loops; per call: " +
       'divided by the calls the server counted.' +
@@ -471,13 +866,14 @@ async function compareLoops(opts: {
     ...sections.flatMap((t) => [`## ${t.title}`, '', markdownTable(t.header, t.rows), '']),
   ].join('\n');
   mkdirSync(path.dirname(file), { recursive: true });
-  writeFileSync(file, md);
+  writeFileSync(file, md + earlierRuns(file));
   console.log(`\n(results written to ${path.relative(process.cwd(), file)})`);
 }
 
 export async function benchAutoscaler(): Promise<void> {
   const nodes = Number(process.env.BENCH_NODES ?? 5000);
   const groups = Number(process.env.BENCH_GROUPS ?? 100);
+  const pendingPods = Number(process.env.BENCH_PENDING_PODS ?? 10);
   const perGroup = Math.ceil(nodes / groups);
   const cp = await startControlPlane({ installCRDs: true });
   const client = new KubeClient({ kubeConfig: cp.kubeConfig, qps: 2000, burst: 2000, userAgent: 'bench' });
@@ -486,15 +882,35 @@ export async function benchAutoscaler(): Promise<void> {
   try {
     const t0 = Date.now();
     const work: (() => Promise<unknown>)[] = [];
+    await client.create<MachineClass>(MachineClassResource, {
+      apiVersion: API_VERSION,
+      kind: 'MachineClass',
+      metadata: { name: CLASS, namespace: NS, annotations: { [PRICE_ANNOTATION]: CLASS_PRICE } },
+      provider: 'virtual',
+      providerSpec: {},
+      nodeTemplate: {
+        capacity: { cpu: '4', memory: '8Gi', pods: '110' },
+        instanceType: 'bench.4x8',
+        region: 'bench',
+        zone: 'bench-a',
+      },
+    });
+    const deployments: MachineDeployment[] = [];
     for (let g = 0; g < groups; g++) {
       const name = `pool-${g}`;
+      const price = groupPrice(g);
       const mcd = await client.create<MachineDeployment>(MachineDeploymentResource, {
         apiVersion: API_VERSION,
         kind: 'MachineDeployment',
         metadata: {
           name,
           namespace: NS,
-          annotations: { [GroupAnnotation.MinSize]: '0', [GroupAnnotation.MaxSize]: String(perGroup * 2) },
+          annotations: {
+            [GroupAnnotation.MinSize]: '0',
+            [GroupAnnotation.MaxSize]: String(perGroup * 2),
+            ...GROUP_OPTIONS,
+            ...(price === undefined ? {} : { [PRICE_ANNOTATION]: price }),
+          },
         },
         spec: {
           replicas: perGroup,
@@ -502,10 +918,11 @@ export async function benchAutoscaler(): Promise<void> {
           strategy: { type: 'RollingUpdate', rollingUpdate: { maxSurge: 1, maxUnavailable: 0 } },
           template: {
             metadata: { labels: { pool: name } },
-            spec: { class: { kind: 'MachineClass', name: 'none' } },
+            spec: { class: { kind: 'MachineClass', name: CLASS } },
           },
         },
       });
+      deployments.push(mcd);
       const ms = await client.create<MachineSet>(MachineSetResource, {
         apiVersion: API_VERSION,
         kind: 'MachineSet',
@@ -528,7 +945,7 @@ export async function benchAutoscaler(): Promise<void> {
           selector: { matchLabels: { pool: name } },
           template: {
             metadata: { labels: { pool: name } },
-            spec: { class: { kind: 'MachineClass', name: 'none' } },
+            spec: { class: { kind: 'MachineClass', name: CLASS } },
           },
         },
       });
@@ -553,7 +970,7 @@ export async function benchAutoscaler(): Promise<void> {
                 },
               ],
             },
-            spec: { class: { kind: 'MachineClass', name: 'none' }, providerID },
+            spec: { class: { kind: 'MachineClass', name: CLASS }, providerID },
           });
           // Joined: the autoscaler counts a node as its group's only once its machine is past Pending.
           await client.patch(
@@ -589,6 +1006,11 @@ export async function benchAutoscaler(): Promise<void> {
             },
             { type: 'merge', subresource: 'status' },
           );
+          // The API server gives a new Node the not-ready taint; the node lifecycle controller
+          // (not running here) removes it once the node is Ready. With it, the autoscaler counts
+          // the node as not started, and as unready as soon as a group answers options
+          // (kubernetes/autoscaler#10245).
+          await client.patch(CoreResources.nodes, m, { spec: { taints: null } }, { type: 'merge' });
         });
       }
     }
@@ -643,15 +1065,29 @@ export async function benchAutoscaler(): Promise<void> {
       ['call', 'calls', 'p50 (ms)', 'p99 (ms)'],
       rows,
     );
-    ca.close();
 
     const version = newestAutoscalerVersion();
     const why = autoscalerUnavailableReason(version);
     if (why !== undefined) {
+      ca.close();
       console.log(`cluster-autoscaler loop time not measured: ${why}`);
       return;
     }
-    await compareLoops({ cp, registry, port: server.port, version, groups, perGroup });
+    await refuseScaleUps(client);
+    await createPendingPods(client, pendingPods);
+    const { answers, probes } = await recordAnswers(ca, deployments);
+    ca.close();
+    await compareLoops({
+      cp,
+      registry,
+      port: server.port,
+      version,
+      groups,
+      perGroup,
+      pendingPods,
+      answers,
+      probes,
+    });
   } finally {
     await server?.stop();
     await informers?.stop();

@@ -1,21 +1,25 @@
 // The Node floor of `npm run bench autoscaler`: the cheapest server of cluster-autoscaler's
 // externalgrpc protocol we can write in Node, to tell what Node itself costs per call from what
-// grpc-js and our server add. No grpc-js: node:http2 directly, one unary call per stream, every
-// answer encoded once at start-up and looked up per call, as the Go floor
-// (test/bench/anchor/grpcfloor) does with grpc-go. It serves the same groups (GROUPS deployments
-// NAMESPACE/pool-G of PER_GROUP nodes pool-G-mI with providerID PREFIX+pool-G-mI) and refuses what
-// our server and the Go floor refuse (pricing, per-group options, templates), so the autoscaler
-// makes the same calls against all three. Plaintext only, no deadlines, no health service, no
-// scaling calls: a measuring stick, not a server anyone should run.
+// our server adds. node:http2 directly (as our server's transport, lib/autoscaler/grpc.ts), one
+// unary call per stream, every answer encoded once at start-up and looked up per call, as the Go
+// floor (test/bench/anchor/grpcfloor) does with grpc-go. It serves the same groups (GROUPS
+// deployments NAMESPACE/pool-G of PER_GROUP nodes pool-G-mI with providerID PREFIX+pool-G-mI)
+// and, from the answers file the benchmark writes (--answers: our server's answers, recorded),
+// the same prices, per-group options, templates and scale-up refusal as our server and the Go
+// floor, so the autoscaler makes the same calls against all three. Plaintext only, no deadlines,
+// no health service, no scaling writes: a measuring stick, not a server anyone should run.
 //
 // node dist/test/bench/grpcfloor-node.js --address=127.0.0.1:0 --groups=100 --per-group=50
-//   [--namespace=default] [--provider-prefix=virtual://bench/]
+//   [--namespace=default] [--provider-prefix=virtual://bench/] [--answers=FILE]
 // Prints "listening on HOST:PORT" once serving; on SIGUSR1 one line "stats cpu_us=CPU METHOD=CALLS
 // ..." (its CPU time and the calls served by method since start), the Go floor's format.
 
+import { readFileSync } from 'node:fs';
 import http2 from 'node:http2';
 
 import { InstanceState } from '../../lib/autoscaler/instances.js';
+import { decodeDefaults, encodeGetOptionsResponse } from '../../lib/autoscaler/options-wire.js';
+import { mergeOptions, type OptionOverrides } from '../../lib/autoscaler/options.js';
 import { CLOUD_PROVIDER_SERVICE, encodeResponse } from '../../lib/autoscaler/proto.js';
 
 const SERVICE_PATH = `/${CLOUD_PROVIDER_SERVICE}/`;
@@ -77,11 +81,45 @@ const groups = Number(flag('groups', '100'));
 const perGroup = Number(flag('per-group', '50'));
 const prefix = flag('provider-prefix', 'virtual://bench/');
 
+/**
+ * What the benchmark hands the floors (--answers; the Go floor reads the same file): our server's
+ * answers for what depends on objects a floor does not read, recorded before the autoscaler starts.
+ */
+export interface FloorAnswers {
+  /** By group id. */
+  groups: Record<
+    string,
+    {
+      /** Price of one node per hour; absent: NOT_FOUND. */
+      nodePrice?: number;
+      /** NodeGroupTemplateNodeInfoResponse, base64; absent: UNIMPLEMENTED. */
+      template?: string;
+      /** What the group's annotations set; absent: no options (the autoscaler's defaults apply). */
+      options?: OptionOverrides;
+    }
+  >;
+  /** Price per hour by pod name, '*' for any other pod; none: NOT_FOUND. */
+  podPrices: Record<string, number>;
+  /** Set: IncreaseSize answers UNAVAILABLE with this message (the API server refuses our writes). */
+  refuseIncrease?: string;
+}
+
 interface Group {
   forNode: Buffer;
   targetSize: Buffer;
   nodes: Buffer;
+  nodePrice: Buffer | undefined;
+  template: Buffer | undefined;
+  options: OptionOverrides | undefined;
+  /** NodeGroupGetOptions answers by the defaults they were asked with, built on first sight. */
+  optionAnswers: Map<string, Buffer>;
 }
+
+const answersPath = flag('answers', '');
+const answersFile: FloorAnswers =
+  answersPath === ''
+    ? { groups: {}, podPrices: {} }
+    : (JSON.parse(readFileSync(answersPath, 'utf8')) as FloorAnswers);
 
 const answer = (method: string, value: Record<string, unknown>): Buffer =>
   frame(encodeResponse(method, value));
@@ -95,10 +133,18 @@ for (let gi = 0; gi < groups; gi++) {
   // The group as our server words it.
   const nodeGroup = { id, minSize: 0, maxSize: max, debug: `${id} (0:${max}, replicas=${perGroup})` };
   const instances: Record<string, unknown>[] = [];
+  const recorded = answersFile.groups[id];
   const g: Group = {
     forNode: answer('NodeGroupForNode', { nodeGroup }),
     targetSize: answer('NodeGroupTargetSize', { targetSize: perGroup }),
     nodes: Buffer.alloc(0),
+    nodePrice:
+      recorded?.nodePrice === undefined
+        ? undefined
+        : answer('PricingNodePrice', { price: recorded.nodePrice }),
+    template: recorded?.template === undefined ? undefined : frame(Buffer.from(recorded.template, 'base64')),
+    options: recorded?.options,
+    optionAnswers: new Map(),
   };
   for (let mi = 0; mi < perGroup; mi++) {
     const node = `${name}-m${mi}`;
@@ -130,12 +176,41 @@ function refusal(code: number, message: string): Refusal {
 
 const UNIMPLEMENTED = 12;
 const NOT_FOUND = 5;
-const noPricing = refusal(UNIMPLEMENTED, 'pricing is not served');
-const noOptions = refusal(UNIMPLEMENTED, 'per-group autoscaling options are not served');
-const noTemplate = refusal(UNIMPLEMENTED, 'no template: the MachineClass does not exist');
+const UNAVAILABLE = 14;
+const noPrice = refusal(NOT_FOUND, 'no price for this node or pod');
+const noTemplate = refusal(UNIMPLEMENTED, "no template: the group's MachineClass has no nodeTemplate");
 const noGroup = refusal(NOT_FOUND, 'node group is not served');
+const noScaling =
+  answersFile.refuseIncrease === undefined
+    ? refusal(UNIMPLEMENTED, 'the Node floor does not scale')
+    : refusal(UNAVAILABLE, answersFile.refuseIncrease);
+
+const podPrices = new Map(
+  Object.entries(answersFile.podPrices).map(([name, p]) => [name, answer('PricingPodPrice', { price: p })]),
+);
+const anyPodPrice = podPrices.get('*');
 
 const text = (b: Buffer | undefined): string => (b === undefined ? '' : b.toString('utf8'));
+
+/** The group in the name the autoscaler gives the template nodes it prices (template-node-for-<id>-<n>). */
+function templateGroup(name: string): string {
+  const prefix = 'template-node-for-';
+  if (!name.startsWith(prefix)) return '';
+  const rest = name.slice(prefix.length);
+  const i = rest.lastIndexOf('-');
+  return i > 0 ? rest.slice(0, i) : '';
+}
+
+function optionsAnswer(g: Group, defaults: Buffer): Buffer {
+  if (g.options === undefined) return empty;
+  const key = defaults.toString('latin1');
+  let a = g.optionAnswers.get(key);
+  if (a === undefined) {
+    a = frame(encodeGetOptionsResponse(mergeOptions(decodeDefaults(defaults), g.options)));
+    g.optionAnswers.set(key, a);
+  }
+  return a;
+}
 
 const answers: Record<string, (req: Buffer) => Buffer | Refusal> = {
   NodeGroups: () => nodeGroups,
@@ -143,16 +218,32 @@ const answers: Record<string, (req: Buffer) => Buffer | Refusal> = {
     const node = field(req, 1) ?? Buffer.alloc(0);
     return (byNode.get(text(field(node, 1))) ?? byNode.get(text(field(node, 2))))?.forNode ?? notServed;
   },
-  PricingNodePrice: () => noPricing,
-  PricingPodPrice: () => noPricing,
+  PricingNodePrice: (req) => {
+    const node = field(req, 1) ?? Buffer.alloc(0);
+    const name = text(field(node, 2));
+    const g = byNode.get(text(field(node, 1))) ?? byNode.get(name) ?? byId.get(templateGroup(name));
+    return g?.nodePrice ?? noPrice;
+  },
+  PricingPodPrice: (req) => {
+    const pod = field(req, 4) ?? field(req, 1) ?? Buffer.alloc(0);
+    const name = text(field(field(pod, 1) ?? Buffer.alloc(0), 1));
+    return podPrices.get(name) ?? anyPodPrice ?? noPrice;
+  },
   GPULabel: () => empty,
   GetAvailableGPUTypes: () => empty,
   Cleanup: () => empty,
   Refresh: () => empty,
   NodeGroupTargetSize: (req) => byId.get(text(field(req, 1)))?.targetSize ?? noGroup,
   NodeGroupNodes: (req) => byId.get(text(field(req, 1)))?.nodes ?? noGroup,
-  NodeGroupTemplateNodeInfo: () => noTemplate,
-  NodeGroupGetOptions: () => noOptions,
+  NodeGroupTemplateNodeInfo: (req) => {
+    const g = byId.get(text(field(req, 1)));
+    return g === undefined ? noGroup : (g.template ?? noTemplate);
+  },
+  NodeGroupGetOptions: (req) => {
+    const g = byId.get(text(field(req, 1)));
+    return g === undefined ? noGroup : optionsAnswer(g, field(req, 2) ?? Buffer.alloc(0));
+  },
+  NodeGroupIncreaseSize: () => noScaling,
 };
 
 // ---- the server ------------------------------------------------------------------------------------
