@@ -74,8 +74,7 @@ export interface NodePriceRequest {
  * there is none. Never a made-up number: an unpriced node is `unknown`.
  */
 export type NodePriceAnswer =
-  | { pricePerHour: number; currency: string; source: string }
-  | { unknown: string };
+  { pricePerHour: number; currency: string; source: string } | { unknown: string };
 
 /** A running provider: its driver plus an optional background lifecycle. */
 export interface Provider {
