@@ -326,7 +326,7 @@ export class AutoscalerServer {
     res: unknown,
   ): void {
     done(recorder, started, 'OK');
-    this.log.debug('autoscaler call', { method, request: call.request });
+    this.log.debug('autoscaler call', { method, request: loggable(call.request) });
     call.answer(res);
   }
 
@@ -351,7 +351,7 @@ export class AutoscalerServer {
         method,
         code,
         message: e.message,
-        request: call.request,
+        request: loggable(call.request),
       });
     call.fail({ code: e.code, details: e.message });
   }
@@ -806,6 +806,18 @@ function done(recorder: CallRecorder, started: number, code: string): void {
 /** The call's deadline in epoch milliseconds (30 s from now when the client set none). */
 function deadlineOf(call: UnaryCall): number {
   return Number.isFinite(call.deadline) ? call.deadline : Date.now() + 30_000;
+}
+
+/**
+ * A request as it may be logged: a pod (PricingPodPrice) is the user's whole pod spec, environment
+ * values included, so only its size is shown.
+ */
+export function loggable(request: unknown): unknown {
+  if (typeof request !== 'object' || request === null) return request;
+  const r = request as Record<string, unknown>;
+  if (!Buffer.isBuffer(r.pod_bytes) && !Buffer.isBuffer(r.pod)) return request;
+  const size = (b: unknown): string | undefined => (Buffer.isBuffer(b) ? `<${b.length} bytes>` : undefined);
+  return { ...r, pod_bytes: size(r.pod_bytes), pod: size(r.pod) };
 }
 
 function toRef(n: WireNode): NodeRef {

@@ -77,3 +77,17 @@ describe('autoscaler pricing (pure)', () => {
     expect(pod.memory).to.equal((256 + 256 + 1024 + 10) * 2 ** 20); // max(1.5Gi, 64Mi) + 10Mi
   });
 });
+
+describe('autoscaler request logging', () => {
+  it('logs a pod price request without the pod (only its size)', async () => {
+    const { loggable } = await import('../../../lib/autoscaler/server.js');
+    const secret = Buffer.from('env PASSWORD=hunter2');
+    const out = JSON.stringify(
+      loggable({ pod_bytes: secret, pod: Buffer.alloc(0), startTimestamp: { seconds: 1 } }),
+    );
+    expect(out).to.not.include('hunter2');
+    expect(out).to.not.include(String(secret[0]));
+    expect(out).to.include('<20 bytes>');
+    expect(loggable({ id: 'a/b' })).to.deep.equal({ id: 'a/b' });
+  });
+});
