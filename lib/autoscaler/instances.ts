@@ -76,8 +76,19 @@ export function isRegistered(m: AnyMachine, node: AnyNode | undefined, holdJustR
     (node?.spec?.providerID ?? '') !== '' &&
     hasJoined(m) &&
     carriesTemplate(node?.metadata.labels, m) &&
-    (holdJustReadyAt === undefined || !justReady(node, holdJustReadyAt))
+    (holdJustReadyAt === undefined || !justReady(node, holdJustReadyAt, joinedAt(m)))
   );
+}
+
+/**
+ * When the machine controller saw the machine join (its Create operation recorded Successful, in
+ * the manager's own clock); undefined when the machine records no such operation.
+ */
+export function joinedAt(m: AnyMachine): number | undefined {
+  const op = m.status?.lastOperation;
+  if (op?.type !== MachineOperationType.Create || op.state !== MachineState.Successful) return undefined;
+  const t = Date.parse(op.lastUpdateTime ?? '');
+  return Number.isNaN(t) ? undefined : t;
 }
 
 /**
@@ -105,13 +116,20 @@ export const JUST_READY_GRACE_MS = 60_000;
  * (MaxNodeStartupTime 0, kubernetes/autoscaler#10245) at once Unready rather than starting. There,
  * until the taint goes (at most JUST_READY_GRACE_MS), it is reported as not registered yet, as
  * while it booted. Other groups count it as it is (not started yet, for the autoscaler).
+ *
+ * "Moments ago" is the later of the Ready condition's lastTransitionTime and `joined`, when the
+ * machine controller saw the machine join: the condition's time is the kubelet's claim, and a
+ * kubelet whose clock is off (or kwok, which writes the node's creation time there when it
+ * initializes a node) can date it a minute back while the node only just turned Ready.
  */
-export function justReady(node: AnyNode | undefined, now: number): boolean {
+export function justReady(node: AnyNode | undefined, now: number, joined?: number): boolean {
   if (node?.spec?.taints?.some((t) => NOT_READY_TAINTS.has(t.key)) !== true) return false;
   const ready = node.status?.conditions?.find((c) => c.type === 'Ready');
   if (ready?.status !== 'True') return false;
-  const since = Date.parse(ready.lastTransitionTime ?? '');
-  return Number.isNaN(since) || now - since < JUST_READY_GRACE_MS;
+  const transition = Date.parse(ready.lastTransitionTime ?? '');
+  if (Number.isNaN(transition) && joined === undefined) return true;
+  const since = Math.max(Number.isNaN(transition) ? -Infinity : transition, joined ?? -Infinity);
+  return now - since < JUST_READY_GRACE_MS;
 }
 
 /**

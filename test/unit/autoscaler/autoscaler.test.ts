@@ -14,6 +14,7 @@ import {
 } from '../../../lib/autoscaler/groups.js';
 import {
   carriesTemplate,
+  joinedAt,
   justReady,
   instanceOf,
   isRegistered,
@@ -215,6 +216,46 @@ describe('autoscaler instances', () => {
       isRegistered(m, readyFor(2_000, ['node.kubernetes.io/not-ready'])),
       'a group without options: counted as it is',
     ).to.equal(true);
+  });
+  it('measures a just-Ready node from its machine joining when the Ready condition dates its transition earlier (kwok, a kubelet with a slow clock)', () => {
+    // kwok initializes a node's conditions with the node's creation time as their
+    // lastTransitionTime: a node that booted for 90 s claims to be Ready for 90 s at once.
+    const old: Node = {
+      metadata: { name: 'n' },
+      spec: {
+        providerID: 'virtual://z/m1',
+        taints: [{ key: 'node.kubernetes.io/not-ready', effect: 'NoExecute' }],
+      },
+      status: {
+        conditions: [
+          { type: 'Ready', status: 'True', lastTransitionTime: new Date(NOW - 90_000).toISOString() },
+        ],
+      },
+    };
+    const joined = (ago: number): Machine =>
+      machine('m1', {
+        lastOp: {
+          type: 'Create',
+          state: 'Successful',
+          description: 'joined',
+          lastUpdateTime: new Date(NOW - ago).toISOString(),
+        } as never,
+      });
+    expect(joinedAt(joined(1_000))).to.equal(NOW - 1_000);
+    expect(isRegistered(joined(1_000), old, NOW), 'joined 1 s ago').to.equal(false);
+    expect(instanceOf(joined(1_000), old, false, NOW).id).to.equal('requested://m1');
+    expect(isRegistered(joined(61_000), old, NOW), 'joined 61 s ago').to.equal(true);
+    expect(isRegistered(machine('m1'), old, NOW), 'no join recorded: the condition decides').to.equal(true);
+    const failedOp = machine('m1', {
+      lastOp: {
+        type: 'Create',
+        state: 'Failed',
+        description: 'x',
+        lastUpdateTime: new Date(NOW).toISOString(),
+      } as never,
+    });
+    expect(joinedAt(failedOp), 'a failed creation is no join').to.equal(undefined);
+    expect(isRegistered(joined(1_000), old), 'a group without options: counted as it is').to.equal(true);
   });
   it('keeps a joined machine unregistered while its node lacks the labels of its node template', () => {
     const m = machine('m1');
