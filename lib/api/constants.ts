@@ -216,8 +216,37 @@ export const ExtensionAnnotation = {
    * Default: --max-unhealthy-replacements (1, MCM's fixed value).
    */
   MaxUnhealthyReplacements: 'mcm-ts.io/max-unhealthy-replacements',
+  /**
+   * On a MachineDeployment: machines older than this Go duration are replaced (expiry), surge
+   * first, within the deployment's disruption budget and windows.
+   */
+  ExpireAfter: 'machine.mcm-ts.io/expire-after',
+  /**
+   * On a MachineDeployment: how many of its machines voluntary disruption (expiry) may take at
+   * once, a count ("2") or a percentage of replicas ("10%", rounded up). Default 10%.
+   */
+  DisruptionBudget: 'machine.mcm-ts.io/disruption-budget',
+  /**
+   * On a MachineDeployment: the windows in which voluntary disruption may start, `<cron> <duration>`
+   * in UTC, several separated by ";" (e.g. "0 2 * * 1-5 4h"). Absent: always.
+   */
+  DisruptionSchedule: 'machine.mcm-ts.io/disruption-schedule',
+  /**
+   * On a Machine: it is being replaced, surge first (value: why, e.g. "expired"). Its MachineSet
+   * creates a machine in its place without counting it, and deletes it once the machines that stay
+   * are available.
+   */
+  Replacing: 'machine.mcm-ts.io/replacing',
 } as const;
 export type ExtensionAnnotation = ValueOf<typeof ExtensionAnnotation>;
+
+/** Pod annotations that veto voluntary disruption (expiry) of the pod's node. */
+export const PodVetoAnnotation = {
+  /** Karpenter's: "true" vetoes. */
+  DoNotDisrupt: 'karpenter.sh/do-not-disrupt',
+  /** cluster-autoscaler's: "false" vetoes. */
+  SafeToEvict: 'cluster-autoscaler.kubernetes.io/safe-to-evict',
+} as const;
 
 /** Value of the cluster-autoscaler scale-down-disabled annotations. */
 export const CLUSTER_AUTOSCALER_SCALE_DOWN_DISABLED_VALUE = 'true';
@@ -335,6 +364,8 @@ export const MachineDeploymentConditionType = {
   Progressing: 'Progressing',
   ReplicaFailure: 'ReplicaFailure',
   Frozen: 'Frozen',
+  /** Ours: machines older than the expire-after annotation and their replacement (expiry-plan.ts). */
+  Expiry: 'Expiry',
 } as const;
 export type MachineDeploymentConditionType = ValueOf<typeof MachineDeploymentConditionType>;
 

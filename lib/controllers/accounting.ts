@@ -31,6 +31,7 @@ import {
   controllerRefOf,
   isAvailable,
   isFailed,
+  isReplacing,
   isReady,
   isTerminating,
   markedForDeletionTime,
@@ -54,7 +55,10 @@ export interface MachineCounts {
   available: number;
   /** …carrying a deletion mark of the autoscaler protocol (marked-for-deletion time). */
   marked: number;
-  /** …not being deleted and carrying the owner's template labels (what counts toward overshoot). */
+  /**
+   * …not being deleted, not being replaced (their replacement is counted instead) and carrying the
+   * owner's template labels (what counts toward overshoot).
+   */
   stayingTemplated: number;
   /** …the owner's selector matches (in the owner's namespace). */
   selected: number;
@@ -79,6 +83,8 @@ export interface MachineCounts {
   selectedMarkedFirst: number;
   /** Selected whose node template, configuration or class kind differs from the owner's template. */
   selectedNeedingPropagation: number;
+  /** Selected, not being deleted, being replaced surge first (isReplacing). */
+  selectedReplacing: number;
 }
 
 /** The counts that hold whatever the owner's spec: readable for any controller UID at once. */
@@ -102,6 +108,7 @@ const FIELDS = [
   'selectedAutoPreserved',
   'selectedMarkedFirst',
   'selectedNeedingPropagation',
+  'selectedReplacing',
 ] as const satisfies readonly (keyof MachineCounts)[];
 
 type Field = (typeof FIELDS)[number];
@@ -128,7 +135,7 @@ export function factsOf(m: AnyMachine, owner: AnySet | undefined): Facts {
   if (owner === undefined) return f;
   const templateLabels = owner.spec?.template?.metadata?.labels ?? {};
   const templated = selectorMatches({ matchLabels: templateLabels }, m.metadata.labels);
-  if (templated && !terminating) f |= BIT.stayingTemplated;
+  if (templated && !terminating && !isReplacing(m)) f |= BIT.stayingTemplated;
   const selector = owner.spec?.selector;
   const selected =
     selector !== undefined &&
@@ -155,6 +162,7 @@ export function factsOf(m: AnyMachine, owner: AnySet | undefined): Facts {
   if (priorityOf(m) === DELETE_FIRST_MACHINE_PRIORITY && markedForDeletionTime(m) !== undefined)
     f |= BIT.selectedMarkedFirst;
   if (propagationPatch(owner, m) !== undefined) f |= BIT.selectedNeedingPropagation;
+  if (isReplacing(m)) f |= BIT.selectedReplacing;
   return f;
 }
 

@@ -1,6 +1,7 @@
 import {
   Annotation,
   DEFAULT_MACHINE_PRIORITY,
+  ExtensionAnnotation,
   Label,
   MachinePhase,
   PreserveValue,
@@ -116,6 +117,14 @@ export function priorityOf(m: AnyMachine): number {
   return Number(raw.trim());
 }
 
+/**
+ * Being replaced surge first (the replacing annotation, set by expiry): its set creates a machine
+ * in its place and deletes it once the machines that stay are available. Not once it is going.
+ */
+export function isReplacing(m: AnyMachine): boolean {
+  return (m.metadata.annotations?.[ExtensionAnnotation.Replacing] ?? '') !== '' && !isTerminating(m);
+}
+
 export function markedForDeletionTime(m: AnyMachine): number | undefined {
   return parseTime(m.metadata.annotations?.[Annotation.MarkedForDeletionTime]);
 }
@@ -135,6 +144,8 @@ const phaseDeletionRank: Partial<Record<MachinePhase, number>> = {
 export interface DeletionKey {
   preserved: boolean;
   autoPreserved: boolean;
+  /** Being replaced (isReplacing): its replacement is already there or on its way. */
+  replacing: boolean;
   /** preserveExpiryTime (0 when absent); compared only between preserved machines. */
   expiry: number;
   priority: number;
@@ -151,6 +162,7 @@ export function deletionKey(m: AnyMachine, now: number): DeletionKey {
   return {
     preserved: expiry !== undefined && expiry > now,
     autoPreserved: m.metadata.annotations?.[Annotation.Preserve] === PreserveValue.AutoPreserved,
+    replacing: isReplacing(m),
     expiry: expiry ?? 0,
     priority: priorityOf(m),
     marked: markedForDeletionTime(m),
@@ -163,7 +175,7 @@ export function deletionKey(m: AnyMachine, now: number): DeletionKey {
 /**
  * MCM's scale-down order over deletion keys (negative: a is deleted before b):
  * 1. not preserved before preserved (auto-preserved before user-preserved, then earlier expiry);
- * 2. lower machinepriority first;
+ * 2. machines being replaced (isReplacing) first, then lower machinepriority first;
  * 3. machines marked for deletion before unmarked ones, earlier marks first;
  * 4. phase: Terminating, Failed, CrashLoopBackOff, Unknown, Pending, Available, Running
  *    (other phases, including the empty creating phase, rank first with Terminating);
@@ -175,6 +187,7 @@ export function compareDeletionKeys(a: DeletionKey, b: DeletionKey): number {
     if (a.autoPreserved !== b.autoPreserved) return a.autoPreserved ? -1 : 1;
     if (a.expiry !== b.expiry) return a.expiry - b.expiry;
   }
+  if (a.replacing !== b.replacing) return a.replacing ? -1 : 1;
   if (a.priority !== b.priority) return a.priority - b.priority;
   if ((a.marked === undefined) !== (b.marked === undefined)) return a.marked === undefined ? 1 : -1;
   if (a.marked !== undefined && b.marked !== undefined && a.marked !== b.marked) return a.marked - b.marked;

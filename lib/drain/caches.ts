@@ -1,5 +1,6 @@
 // The target-cluster caches a drain reads, and how they are indexed and trimmed.
 
+import { PodVetoAnnotation } from '../api/constants.js';
 import type { Informer } from '../kube/informer.js';
 import type {
   PersistentVolume,
@@ -28,13 +29,27 @@ export const ATTACHMENT_PV_INDEX = 'attachmentPV';
 export const MIRROR_POD_ANNOTATION = 'kubernetes.io/config.mirror';
 
 /**
+ * The pod annotations the caches keep: the mirror annotation (the drain skips mirror pods) and the
+ * two that veto voluntary disruption of a pod's node (expiry waits for them).
+ */
+const KEPT_POD_ANNOTATIONS: readonly string[] = [
+  MIRROR_POD_ANNOTATION,
+  PodVetoAnnotation.DoNotDisrupt,
+  PodVetoAnnotation.SafeToEvict,
+];
+
+/**
  * What the pod cache keeps of a pod: identity, labels (PodDisruptionBudget selectors), owner kinds
- * (DaemonSet pods are skipped), the mirror annotation, node, priority, grace period, claims and
+ * (DaemonSet pods are skipped), the mirror and disruption-veto annotations, node, priority, grace period, claims and
  * phase. Everything else is dropped, so a cache of every pod in a large cluster stays small.
  */
 export function trimPod(p: Pod): Pod {
   const m = p.metadata;
-  const mirror = m.annotations?.[MIRROR_POD_ANNOTATION];
+  const kept: Record<string, string> = {};
+  for (const k of KEPT_POD_ANNOTATIONS) {
+    const v = m.annotations?.[k];
+    if (v !== undefined) kept[k] = v;
+  }
   const trimmed: Pod = {
     metadata: {
       ...(m.name === undefined ? {} : { name: m.name }),
@@ -42,7 +57,7 @@ export function trimPod(p: Pod): Pod {
       ...(m.uid === undefined ? {} : { uid: m.uid }),
       ...(m.resourceVersion === undefined ? {} : { resourceVersion: m.resourceVersion }),
       ...(m.labels === undefined ? {} : { labels: m.labels }),
-      ...(mirror === undefined ? {} : { annotations: { [MIRROR_POD_ANNOTATION]: mirror } }),
+      ...(Object.keys(kept).length === 0 ? {} : { annotations: kept }),
       ...(m.ownerReferences === undefined
         ? {}
         : {

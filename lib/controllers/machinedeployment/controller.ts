@@ -2,6 +2,7 @@ import {
   Annotation,
   EventReason,
   EventSource,
+  ExtensionAnnotation,
   Finalizer,
   Label,
   LabelValue,
@@ -23,13 +24,14 @@ import { isConflict, isNotFound } from '../../kube/errors.js';
 import type { EventRecorder } from '../../kube/events.js';
 import { clone, objectKey, type DeepReadonly } from '../../kube/informer.js';
 import { isEmptySelector } from '../../kube/labels.js';
-import type { Node } from '../../kube/types.js';
+import type { Node, Pod } from '../../kube/types.js';
 import type { Logger } from '../../observability/logger.js';
 import { findCondition, removeCondition, setCondition } from '../conditions.js';
 import { MACHINE_NODE_INDEX, type ControllerContext } from '../context.js';
 import { controllerRefOf, isAvailable, isFailed, isTerminating, phaseOf } from '../machines.js';
 import { addFinalizer, cachedController, removeFinalizer, selectingOwners } from '../ownership.js';
 import { processTriggerDeletion, propagateScalerTime } from './autoscaler.js';
+import { ExpiryMetrics, expireMachines, podVeto, StartedReplacements } from './expire.js';
 import { claimMachineSets } from './claim.js';
 import { inPlaceReason, rolloutInPlace } from './inplace.js';
 import { findNewMachineSet } from './newset.js';
@@ -82,6 +84,7 @@ function deploymentView(m: CachedMachine): string {
     m.status?.currentStatus?.preserveExpiryTime,
     annotations[Annotation.MachinePriority],
     annotations[Annotation.MarkedForDeletionTime],
+    annotations[ExtensionAnnotation.Replacing],
   ]);
 }
 
@@ -129,12 +132,14 @@ const IN_PLACE_UNSUPPORTED_MESSAGE =
 export class MachineDeploymentController {
   readonly controller: Controller;
   private readonly recorder: EventRecorder;
+  private readonly expiry: { metrics: ExpiryMetrics; started: StartedReplacements };
 
   constructor(
     private readonly ctx: ControllerContext,
     workers = 5,
   ) {
     this.recorder = ctx.recorderFor(EventSource.MachineDeploymentController);
+    this.expiry = { metrics: new ExpiryMetrics(ctx.registry), started: new StartedReplacements() };
     this.controller = new Controller({
       name: 'machinedeployment',
       workers,
@@ -202,6 +207,8 @@ export class MachineDeploymentController {
         this.enqueue(mcd);
       },
       onDelete: (mcd) => {
+        this.expiry.metrics.forget(mcd.metadata.namespace ?? '', mcd.metadata.name ?? '');
+        this.expiry.started.forget(objectKey(mcd));
         this.enqueue(mcd);
       },
     });
@@ -233,6 +240,20 @@ export class MachineDeploymentController {
       },
       onDelete: (m) => {
         this.enqueueForMachine(m);
+      },
+    });
+    // Expiry waits for pods that veto disruption of their node: their change or end wakes it.
+    const vetoChanged = (p: DeepReadonly<Pod>): void => {
+      const node = p.spec?.nodeName;
+      if (node === undefined || node === '') return;
+      for (const m of machines.byIndex(MACHINE_NODE_INDEX, node)) this.enqueueForMachine(m);
+    };
+    this.ctx.informers.drain?.pods.addHandler({
+      onUpdate: (old, p) => {
+        if ((podVeto(old) === undefined) !== (podVeto(p) === undefined)) vetoChanged(p);
+      },
+      onDelete: (p) => {
+        if (podVeto(p) !== undefined) vetoChanged(p);
       },
     });
     // In-place updates move on when a node's update labels or InPlaceUpdate condition change.
@@ -328,12 +349,19 @@ export class MachineDeploymentController {
       return { state, requeueAfter: MARK_SETTLE_MS };
     }
 
+    const expiry = await expireMachines(ctx, state, this.expiry);
+    state = expiry.state;
+
     const step = await this.strategyStep(ctx, state);
     if (step.done === true) return step;
     state = await propagateScalerTime(ctx, step.state);
     return {
       state,
-      requeueAfter: Math.min(step.requeueAfter ?? MACHINEDEPLOYMENT_RESYNC_MS, MACHINEDEPLOYMENT_RESYNC_MS),
+      requeueAfter: Math.min(
+        step.requeueAfter ?? MACHINEDEPLOYMENT_RESYNC_MS,
+        expiry.recheckAfter ?? MACHINEDEPLOYMENT_RESYNC_MS,
+        MACHINEDEPLOYMENT_RESYNC_MS,
+      ),
     };
   }
 

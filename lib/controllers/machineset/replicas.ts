@@ -4,7 +4,9 @@ import type { MachineSet } from '../../api/types.js';
 import type { DeepReadonly } from '../../kube/informer.js';
 import type { MachineCounts } from '../accounting.js';
 import {
+  isAvailable,
   isFailed,
+  isReplacing,
   isTerminating,
   markedForDeletionTime,
   priorityOf,
@@ -13,7 +15,7 @@ import {
   type AnyMachine,
 } from '../machines.js';
 
-export type DeletionReason = 'scale-down' | 'marked-by-autoscaler' | 'failed';
+export type DeletionReason = 'scale-down' | 'marked-by-autoscaler' | 'failed' | 'replaced';
 
 export interface ReplicaPlan<M extends AnyMachine> {
   /** Machines to create. */
@@ -38,7 +40,11 @@ export interface ReplicaPlan<M extends AnyMachine> {
  *   DeleteNodes within one second); deleting it then would need a replacement. Once the replicas
  *   come down, the scale-down order (priority 1 first) picks it. (MCM deletes such machines
  *   regardless of the replica count.)
- * - always delete Failed machines that are not preserved (they are replaced).
+ * - always delete Failed machines that are not preserved (they are replaced);
+ * - machines being replaced (isReplacing) do not count toward the replicas, so the set creates one
+ *   in the place of each (surge first); each is deleted once the set holds its replicas without
+ *   it and deleting it keeps at least replicas machines available (one that is not available
+ *   costs nothing). They go first in the scale-down order too.
  */
 export function planReplicas<M extends AnyMachine>(
   ms: MachineSet | DeepReadonly<MachineSet>,
@@ -59,16 +65,37 @@ export function planReplicas<M extends AnyMachine>(
     plan.delete.push({ machine: m, reason });
   };
 
-  const diff = active.length - replicas;
+  const replacing = active.filter(isReplacing);
+  const diff = active.length - replacing.length - replicas;
   if (diff < 0) return planCreations(ms, -diff, burst);
+
+  // Replaced machines whose replacement is there: not available ones at once, then while the
+  // available machines stay at least the replicas.
+  let available = active.filter(isAvailable).length;
+  const byAvailability = [...replacing].sort((a, b) => Number(isAvailable(a)) - Number(isAvailable(b)));
+  for (const m of byAvailability) {
+    if (!isAvailable(m)) take(m, 'replaced');
+    else if (available - 1 >= replicas) {
+      take(m, 'replaced');
+      if (chosen.has(m)) available--;
+    }
+  }
+  // The replaced machines that stay for now keep their place above the replicas.
+  const floor = replicas + replacing.filter((m) => !chosen.has(m)).length;
 
   // The scale-down order, computed at most once per plan.
   let order: M[] | undefined;
   const ordered = (): M[] => (order ??= sortForDeletion(removable, now));
 
-  const surplus = removable.length - replicas;
+  const surplus = removable.length - chosen.size - floor;
   if (surplus > 0) {
-    for (const m of ordered().slice(0, Math.min(surplus, burst))) take(m, 'scale-down');
+    let left = surplus;
+    for (const m of ordered()) {
+      if (left === 0) break;
+      if (chosen.has(m)) continue;
+      take(m, 'scale-down');
+      left--;
+    }
   }
 
   const scalerTime = Date.parse(
@@ -76,7 +103,7 @@ export function planReplicas<M extends AnyMachine>(
   );
   if (!Number.isNaN(scalerTime)) {
     for (const m of ordered()) {
-      if (active.length - chosen.size <= replicas) break;
+      if (active.length - chosen.size <= floor) break;
       const mark = markedForDeletionTime(m);
       if (priorityOf(m) === DELETE_FIRST_MACHINE_PRIORITY && mark !== undefined && mark <= scalerTime) {
         take(m, 'marked-by-autoscaler');
@@ -105,17 +132,24 @@ function planCreations(
 
 /**
  * planReplicas from the set's machine counts alone, when they prove that it would pick no
- * machine to delete: too few machines, or no surplus, no autoscaler mark and no Failed machine.
+ * machine to delete: too few machines, or no surplus, no autoscaler mark and no Failed machine,
+ * and none is being replaced.
  * Undefined otherwise: then the machines must be looked at (planReplicas).
  */
 export function planReplicasFromCounts(
   ms: MachineSet | DeepReadonly<MachineSet>,
   counts: Pick<
     MachineCounts,
-    'selected' | 'selectedTerminating' | 'selectedUpdateSuccessful' | 'selectedMarkedFirst' | 'selectedFailed'
+    | 'selected'
+    | 'selectedTerminating'
+    | 'selectedUpdateSuccessful'
+    | 'selectedMarkedFirst'
+    | 'selectedFailed'
+    | 'selectedReplacing'
   >,
   burst: number,
 ): ReplicaPlan<never> | undefined {
+  if (counts.selectedReplacing > 0) return undefined;
   const replicas = replicasOf(ms);
   const active = counts.selected - counts.selectedTerminating;
   if (active < replicas) return planCreations(ms, replicas - active, burst);

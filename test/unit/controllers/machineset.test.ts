@@ -135,6 +135,41 @@ describe('planReplicas', () => {
     expect(plan.create).to.equal(1);
   });
 
+  it('creates a machine in the place of one being replaced, and deletes it once the machines that stay are available', () => {
+    const replacing = { 'machine.mcm-ts.io/replacing': 'expired' };
+    const a = machine('a', { owner: ms, annotations: replacing });
+    const b = machine('b', { owner: ms });
+    // The replacement first: 2 replicas, 1 staying.
+    expect(planReplicas(ms, [a, b], NOW, 100)).to.deep.include({ create: 1, delete: [] });
+    // The replacement is there but not available yet: nothing goes.
+    const c = machine('c', { owner: ms, phase: 'Pending' });
+    expect(planReplicas(ms, [a, b, c], NOW, 100)).to.deep.include({ create: 0, delete: [] });
+    // Available: the replaced machine goes, and only it.
+    const ready = machine('c', { owner: ms });
+    expect(planReplicas(ms, [a, b, ready], NOW, 100).delete).to.deep.equal([
+      { machine: a, reason: 'replaced' },
+    ]);
+    // A replaced machine that is not available itself goes as soon as its replacement exists.
+    const broken = machine('a', { owner: ms, annotations: replacing, phase: 'Unknown' });
+    expect(planReplicas(ms, [broken, b, c], NOW, 100).delete).to.deep.equal([
+      { machine: broken, reason: 'replaced' },
+    ]);
+  });
+
+  it('scales down machines being replaced first, and keeps the others within the replicas', () => {
+    const replacing = { 'machine.mcm-ts.io/replacing': 'expired' };
+    const one = machineSet('ms', 1);
+    const a = machine('a', { owner: one, annotations: replacing, created: '2026-11-21T09:30:00Z' });
+    const b = machine('b', { owner: one });
+    const c = machine('c', { owner: one, phase: 'Pending' });
+    // Scaled from 2 to 1 while a is replaced and its replacement c boots: a goes (b is available).
+    expect(planReplicas(one, [a, b, c], NOW, 100).delete.map((d) => d.machine.metadata.name)).to.deep.equal([
+      'a',
+      'c',
+    ]);
+    expect(sortForDeletion([b, a], NOW).map((m) => m.metadata.name)).to.deep.equal(['a', 'b']);
+  });
+
   it('does not create while frozen or scale-up-disabled', () => {
     expect(planReplicas(machineSet('f', 3, { labels: { freeze: 'True' } }), [], NOW, 100)).to.deep.include({
       create: 0,

@@ -1,0 +1,248 @@
+import { expect } from 'chai';
+
+import {
+  MachineDeploymentResource,
+  MachineResource,
+  type Machine,
+  type MachineDeployment,
+} from '../../lib/api/types.js';
+import { CoreResources } from '../../lib/kube/resources.js';
+import type { CoreEvent, Pod } from '../../lib/kube/types.js';
+import { LifecycleEnv, NS, phaseOf } from './env/lifecycle.js';
+import { until } from './env/until.js';
+import { watchEvents } from './env/watch.js';
+
+const EXPIRE_AFTER = 'machine.mcm-ts.io/expire-after';
+const BUDGET = 'machine.mcm-ts.io/disruption-budget';
+const SCHEDULE = 'machine.mcm-ts.io/disruption-schedule';
+const REPLACING = 'machine.mcm-ts.io/replacing';
+
+/**
+ * Follows one deployment's machines from a watch: the most machines under voluntary disruption at
+ * once (marked replacing, being deleted after it or not), the fewest Running machines that stay
+ * (not being deleted), and every machine created and deleted.
+ */
+class ExpiryWatch {
+  private readonly machines = new Map<string, Machine>();
+  maxDisrupted = 0;
+  minRunning = Number.POSITIVE_INFINITY;
+  readonly created = new Set<string>();
+  readonly deleted = new Set<string>();
+  /** When a machine was first seen marked replacing, by name. */
+  readonly markedAt = new Map<string, number>();
+  private stopWatch: (() => Promise<void>) | undefined;
+
+  constructor(private readonly counting: () => boolean) {}
+
+  async start(env: LifecycleEnv, app: string): Promise<void> {
+    this.stopWatch = await watchEvents<Machine>(
+      env.client,
+      NS,
+      MachineResource,
+      { labelSelector: `app=${app}` },
+      (ev) => {
+        const name = ev.object.metadata.name ?? '';
+        if (ev.type === 'DELETED') {
+          this.machines.delete(name);
+          this.deleted.add(name);
+        } else {
+          if (!this.machines.has(name) && ev.type === 'ADDED') this.created.add(name);
+          this.machines.set(name, ev.object);
+          if (ev.object.metadata.annotations?.[REPLACING] !== undefined && !this.markedAt.has(name))
+            this.markedAt.set(name, Date.now());
+        }
+        this.observe();
+      },
+      (items) => {
+        for (const m of items) this.machines.set(m.metadata.name ?? '', m);
+        this.observe();
+      },
+    );
+  }
+
+  private observe(): void {
+    const all = [...this.machines.values()];
+    const disrupted = all.filter((m) => m.metadata.annotations?.[REPLACING] !== undefined).length;
+    this.maxDisrupted = Math.max(this.maxDisrupted, disrupted);
+    if (!this.counting()) return;
+    const running = all.filter((m) => m.metadata.deletionTimestamp === undefined && phaseOf(m) === 'Running');
+    this.minRunning = Math.min(this.minRunning, running.length);
+  }
+
+  async stop(): Promise<void> {
+    await this.stopWatch?.();
+  }
+}
+
+async function runningMachines(env: LifecycleEnv, app: string, n: number): Promise<Machine[]> {
+  return until(
+    `${n} Running machines of ${app}`,
+    async () => {
+      const ms = (await env.machines(app)).filter(
+        (m) => m.metadata.deletionTimestamp === undefined && phaseOf(m) === 'Running',
+      );
+      return ms.length === n ? ms : undefined;
+    },
+    90_000,
+  );
+}
+
+async function annotate(
+  env: LifecycleEnv,
+  name: string,
+  annotations: Record<string, string | null>,
+): Promise<void> {
+  await env.client.patch(
+    MachineDeploymentResource,
+    name,
+    { metadata: { annotations } },
+    { type: 'merge', namespace: NS },
+  );
+}
+
+async function expiryCondition(env: LifecycleEnv, name: string) {
+  const mcd = await env.client.get<MachineDeployment>(MachineDeploymentResource, name, NS);
+  return mcd.status?.conditions?.find((c) => c.type === 'Expiry');
+}
+
+describe('expiry and disruption budgets (real kube-apiserver, the whole manager on the virtual cloud)', function () {
+  this.timeout(420_000);
+  let env: LifecycleEnv;
+
+  before(async () => {
+    env = await LifecycleEnv.start();
+    await env.startManager();
+    await env.createClass('exp');
+  });
+
+  after(async () => {
+    await env.stop();
+  });
+
+  it('replaces 10 machines older than 2m, never more than the budget of 2 at once nor fewer than 10 Running; a do-not-disrupt pod holds its node until it is deleted', async () => {
+    const app = 'exp10';
+    await env.createDeployment(app, 10, 'exp', {
+      strategy: { type: 'RollingUpdate', rollingUpdate: { maxSurge: 1, maxUnavailable: 0 } },
+    });
+    const originals = await runningMachines(env, app, 10);
+    const createdAt = Math.max(...originals.map((m) => Date.parse(m.metadata.creationTimestamp ?? '')));
+    // A pod that vetoes disruption on the node of one machine (bound directly: no kubelet needed).
+    const held = originals[3];
+    const heldNode = held?.metadata.labels?.node ?? '';
+    expect(heldNode, 'the machine’s node label').to.not.equal('');
+    await env.client.create<Pod>(CoreResources.pods, {
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: { name: 'db-0', namespace: NS, annotations: { 'karpenter.sh/do-not-disrupt': 'true' } },
+      spec: { nodeName: heldNode, containers: [{ name: 'db', image: 'registry.invalid/db:1' }] },
+    });
+
+    let counting = true;
+    const watch = new ExpiryWatch(() => counting);
+    await watch.start(env, app);
+    await annotate(env, app, { [EXPIRE_AFTER]: '2m', [BUDGET]: '2' });
+
+    // Nothing expires before its time.
+    const expiresAt = Date.parse(originals[0]?.metadata.creationTimestamp ?? '') + 120_000;
+    await new Promise((r) => setTimeout(r, Math.max(0, expiresAt - Date.now() - 5_000)));
+    expect(watch.markedAt.size, 'machines marked before they were 2m old').to.equal(0);
+
+    // All but the held one are replaced.
+    const others = originals.filter((m) => m !== held).map((m) => m.metadata.name ?? '');
+    await until(
+      'the 9 machines without a vetoing pod replaced',
+      () => others.every((n) => watch.deleted.has(n)),
+      120_000,
+    );
+    const replacedBy = Date.now();
+    expect(watch.deleted.has(held?.metadata.name ?? ''), 'the held machine is still there').to.equal(false);
+    const cond = await until(
+      'the Expiry condition names the vetoing pod',
+      async () => {
+        const c = await expiryCondition(env, app);
+        return c?.message?.includes('pod default/db-0 (karpenter.sh/do-not-disrupt=true)') === true
+          ? c
+          : undefined;
+      },
+      30_000,
+    );
+    expect(cond.status).to.equal('True');
+
+    // Deleting the pod releases it.
+    await env.client.delete(CoreResources.pods, 'db-0', { namespace: NS, gracePeriodSeconds: 0 });
+    await until(
+      'the held machine replaced after its pod went',
+      () => watch.deleted.has(held?.metadata.name ?? ''),
+      60_000,
+    );
+    counting = false;
+    await annotate(env, app, { [EXPIRE_AFTER]: null });
+    await watch.stop();
+
+    const secondsAfter = (replacedBy - createdAt) / 1000;
+    console.log(
+      `      10 machines: 9 replaced ${secondsAfter.toFixed(0)}s after the last was created (expire-after 2m); peak disrupted ${watch.maxDisrupted}; fewest Running ${watch.minRunning}; created ${watch.created.size}, deleted ${watch.deleted.size}`,
+    );
+    expect(watch.maxDisrupted, 'machines under disruption at once').to.be.within(1, 2);
+    expect(watch.minRunning, 'Running machines that stay').to.be.at.least(10);
+    expect(watch.created.size, 'one replacement per machine').to.equal(10);
+    expect([...watch.deleted].sort()).to.deep.equal(originals.map((m) => m.metadata.name ?? '').sort());
+    // maxSurge 1: one replacement at a time, 9 in well under a minute after they expired.
+    expect(secondsAfter, 'replaced within the expected time').to.be.below(120 + 90);
+    const events = await env.client.list<CoreEvent>(CoreResources.events, { namespace: NS });
+    expect(events.items.filter((e) => e.reason === 'Expired').length, 'Expired events').to.be.at.least(10);
+  });
+
+  it('holds every replacement while the disruption window is closed, and starts them once it opens', async () => {
+    const app = 'expwin';
+    await env.createDeployment(app, 2, 'exp', {
+      strategy: { type: 'RollingUpdate', rollingUpdate: { maxSurge: 1, maxUnavailable: 0 } },
+    });
+    await runningMachines(env, app, 2);
+    // A 10-minute window opening at the next full minute that is at least 40 s away (UTC).
+    const opens = new Date(Math.ceil((Date.now() + 40_000) / 60_000) * 60_000);
+    const cron = `${opens.getUTCMinutes()} ${opens.getUTCHours()} * * *`;
+    const watch = new ExpiryWatch(() => false);
+    await watch.start(env, app);
+    await annotate(env, app, { [EXPIRE_AFTER]: '10s', [BUDGET]: '100%', [SCHEDULE]: `${cron} 10m` });
+    const waiting = await until(
+      'the Expiry condition says the window is closed',
+      async () => {
+        const c = await expiryCondition(env, app);
+        return c?.reason === 'ExpiredMachinesWaiting' ? c : undefined;
+      },
+      40_000,
+    );
+    expect(waiting.message).to.include(`the next opens at ${opens.toISOString()}`);
+    await new Promise((r) => setTimeout(r, Math.max(0, opens.getTime() - Date.now() - 1_000)));
+    expect(watch.markedAt.size, 'machines marked before the window opened').to.equal(0);
+    await until('a replacement started in the window', () => watch.markedAt.size > 0, 30_000);
+    const first = Math.min(...watch.markedAt.values());
+    expect(first, 'marked once the window opened').to.be.at.least(opens.getTime() - 1_000);
+    await annotate(env, app, { [EXPIRE_AFTER]: null });
+    await watch.stop();
+  });
+
+  it('reports invalid disruption settings on the deployment and disrupts nothing', async () => {
+    const app = 'expbad';
+    await env.createDeployment(app, 1, 'exp');
+    await runningMachines(env, app, 1);
+    await annotate(env, app, { [EXPIRE_AFTER]: '1s', [BUDGET]: 'lots' });
+    const c = await until(
+      'the Expiry condition reports the budget',
+      async () => {
+        const x = await expiryCondition(env, app);
+        return x?.message?.includes('lots') === true ? x : undefined;
+      },
+      30_000,
+    );
+    expect(c.message).to.include('no voluntary disruption');
+    const events = await env.client.list<CoreEvent>(CoreResources.events, { namespace: NS });
+    expect(
+      events.items.some((e) => e.reason === 'InvalidDisruptionSettings' && e.involvedObject.name === app),
+      'a Warning event on the deployment',
+    ).to.equal(true);
+    const ms = await env.machines(app);
+    expect(ms.filter((m) => m.metadata.annotations?.[REPLACING] !== undefined)).to.deep.equal([]);
+  });
+});
