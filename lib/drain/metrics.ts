@@ -13,7 +13,7 @@ type BlockingLabels = Record<'namespace' | 'machine' | 'pod' | 'reason' | 'pdb',
 export class DrainMetrics {
   private readonly blocking: Gauge<'namespace' | 'machine' | 'pod' | 'reason' | 'pdb'>;
   private readonly forceIn: Gauge<'namespace' | 'machine'>;
-  private readonly duration: Histogram<'namespace'>;
+  private readonly duration: Histogram<'namespace' | 'machine_deployment'>;
   /** The series each drain (by its id) has set. */
   private readonly series = new Map<string, { namespace: string; machine: string; pods: BlockingLabels[] }>();
 
@@ -33,7 +33,7 @@ export class DrainMetrics {
     this.duration = new Histogram({
       name: 'mcm_machine_drain_duration_seconds',
       help: 'Duration of completed node drains.',
-      labelNames: ['namespace'],
+      labelNames: ['namespace', 'machine_deployment'],
       buckets: [1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200],
       registers: [registry],
     });
@@ -60,10 +60,13 @@ export class DrainMetrics {
     this.forceIn.set({ namespace, machine }, Math.max(0, Math.round(forceInSeconds)));
   }
 
-  /** Drain `drain` completed after `seconds`. */
-  finished(drain: string, namespace: string, seconds: number): void {
+  /**
+   * Drain `drain` completed after `seconds`; `machineDeployment` is the machine's `name` label
+   * (gardener's label for its deployment; '' when it has none).
+   */
+  finished(drain: string, namespace: string, machineDeployment: string, seconds: number): void {
     this.end(drain);
-    this.duration.observe({ namespace }, Math.max(0, seconds));
+    this.duration.observe({ namespace, machine_deployment: machineDeployment }, Math.max(0, seconds));
   }
 
   /** Drain `drain` ended (completed, abandoned, or its machine is gone): its series go. */

@@ -117,6 +117,20 @@ describe('fault suite analysis', () => {
     expect(a.peakActive).to.equal(4);
   });
 
+  it('accepts the deletion of a machine replaced by expiry only once the machines that stay are Running', () => {
+    const replacing = { annotations: { 'machine.mcm-ts.io/replacing': 'expired' } };
+    const early = new Timeline().deployment(2).machine('a').machine('b');
+    early.machine('a', 'Running', 'v1', replacing).machine('c', 'Pending').deleting('a');
+    const e = run(early);
+    expect(e.wronglyDeleted.map((d) => d.machine)).to.deep.equal(['a']);
+    expect(e.wronglyDeleted[0]?.why).to.contain('before its replacement was there');
+    const late = new Timeline().deployment(2).machine('a').machine('b');
+    late.machine('a', 'Running', 'v1', replacing).machine('c', 'Pending').machine('c').deleting('a');
+    const l = run(late);
+    expect(l.wronglyDeleted).to.deep.equal([]);
+    expect(l.deletions[0]?.why).to.contain('replaced (2 Running machines stay for 2 replicas)');
+  });
+
   it('does not count machines being deleted, and resolves a percentage surge upwards', () => {
     const t = new Timeline().deployment(3, 'v1', '10%');
     for (const n of ['a', 'b', 'c', 'd']) t.machine(n);

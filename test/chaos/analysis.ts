@@ -73,6 +73,9 @@ export interface Analysis {
 
 type Obj = Record<string, unknown>;
 
+/** The annotation of a machine being replaced surge first (expiry). */
+const REPLACING = 'machine.mcm-ts.io/replacing';
+
 interface Meta {
   name?: string;
   labels?: Record<string, string>;
@@ -261,6 +264,25 @@ function judgeDeletion(
   if (phase(prev) === 'Failed') return { chosen: true, why: 'Failed machine replaced' };
   const current = deploymentClass(dep);
   if (machineClass(prev) !== current) return { chosen: true, why: `old set (class ${machineClass(prev)})` };
+  if (meta(prev).annotations?.[REPLACING] !== undefined) {
+    // Expiry: the replaced machine may go once the machines that stay cover the replicas, Running
+    // ones for a machine that was Running itself.
+    const wasRunning = phase(prev) === 'Running';
+    let staying = 0;
+    for (const [k, m] of machines) {
+      if (k === key || !ours(m) || isDeleting(m) || meta(m).annotations?.[REPLACING] !== undefined) continue;
+      if (!wasRunning || phase(m) === 'Running') staying++;
+    }
+    return staying >= replicas
+      ? {
+          chosen: true,
+          why: `replaced (${staying} ${wasRunning ? 'Running ' : ''}machines stay for ${replicas} replicas)`,
+        }
+      : {
+          chosen: false,
+          why: `replaced before its replacement was there: ${staying} ${wasRunning ? 'Running ' : ''}machines stay for ${replicas} replicas`,
+        };
+  }
   if (meta(prev).annotations?.['machinepriority.machine.sapcloud.io']?.trim() === '1') {
     return { chosen: true, why: 'marked for deletion (machinepriority 1)' };
   }

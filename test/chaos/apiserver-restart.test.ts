@@ -2,11 +2,14 @@
 // once during a rolling update. Both manager replicas lose their watches and requests; whatever
 // they do meanwhile (a leader that cannot renew its Lease exits and is restarted), the operation
 // must finish with no machine beyond replicas + maxSurge, no orphan VM and no wrong deletion.
+// Beside the rolling update, a second deployment's machines expire and are replaced throughout
+// (expiry-beside.ts).
 
 import { expect } from 'chai';
 
 import { until } from '../integration/env/until.js';
 import { ChaosEnv, expectClean, seconds, size } from './env.js';
+import { ExpiryBeside } from './expiry-beside.js';
 
 describe('chaos 3: kube-apiserver restarted mid-operation', function () {
   this.timeout(900_000);
@@ -54,9 +57,11 @@ describe('chaos 3: kube-apiserver restarted mid-operation', function () {
     expectClean(m);
   });
 
-  it('a rolling update converges', async () => {
+  it('a rolling update converges, and an expiry beside it keeps its bounds', async () => {
     if (env === undefined) throw new Error('no environment');
     const e = env;
+    const beside = new ExpiryBeside(e, 'x3', 4);
+    await beside.start('v1');
     const m = await e.measure({
       id: '3b',
       title: `kube-apiserver restarted during rolling update of ${replicas} (maxSurge 2, maxUnavailable 1)`,
@@ -73,9 +78,11 @@ describe('chaos 3: kube-apiserver restarted mid-operation', function () {
         expect(old, 'the restart lands while old machines remain').to.be.greaterThan(0);
         return `${await restartApiServer(e)} at ${fresh} new / ${old} old machines`;
       },
+      alsoWaitFor: () => beside.settle(),
       timeoutMs: 300_000,
     });
     expectClean(m);
     expect(m.analysis.deletions.length, 'every old machine was replaced').to.equal(replicas);
+    await beside.check();
   });
 });

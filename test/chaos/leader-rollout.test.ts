@@ -1,11 +1,13 @@
 // Scenario 2: two manager replicas; the leader is killed with SIGKILL in the middle of a rolling
 // update (class change, maxSurge 2, maxUnavailable 1). The other replica must finish the rollout
-// without ever exceeding replicas + maxSurge, and only old-set machines may be deleted.
+// without ever exceeding replicas + maxSurge, and only old-set machines may be deleted. Beside it,
+// a second deployment's machines expire and are replaced throughout (expiry-beside.ts).
 
 import { expect } from 'chai';
 
 import { until } from '../integration/env/until.js';
 import { ChaosEnv, expectClean, seconds, size } from './env.js';
+import { ExpiryBeside } from './expiry-beside.js';
 
 describe('chaos 2: kill -9 of the leader during a rolling update', function () {
   this.timeout(600_000);
@@ -19,7 +21,7 @@ describe('chaos 2: kill -9 of the leader during a rolling update', function () {
     await env?.stop();
   });
 
-  it('the other replica takes over and the rollout converges', async () => {
+  it('the other replica takes over and the rollout converges, and an expiry beside it keeps its bounds', async () => {
     if (env === undefined) throw new Error('no environment');
     const e = env;
     const replicas = size(20, 12);
@@ -30,6 +32,8 @@ describe('chaos 2: kill -9 of the leader during a rolling update', function () {
       strategy: { type: 'RollingUpdate', rollingUpdate: { maxSurge: 2, maxUnavailable: 1 } },
     });
     await e.waitConverged('s2', 180_000);
+    const beside = new ExpiryBeside(e, 'x2', 4);
+    await beside.start('v1');
     const leader = await e.leader();
     const m = await e.measure({
       id: '2',
@@ -51,9 +55,11 @@ describe('chaos 2: kill -9 of the leader during a rolling update', function () {
         expect(next, 'the other replica leads').to.not.equal(leader);
         return `${leader.name} killed at ${fresh} new / ${old} old machines, ${next.name} leading ${seconds(Date.now() - killedAt)} later`;
       },
+      alsoWaitFor: () => beside.settle(),
       timeoutMs: 300_000,
     });
     expectClean(m);
     expect(m.analysis.deletions.length, 'every old machine was replaced').to.equal(replicas);
+    await beside.check();
   });
 });

@@ -1,4 +1,5 @@
-import { EventSource, Finalizer, Label, MachinePhase } from '../../api/constants.js';
+import { Annotation, EventSource, Finalizer, Label, MachinePhase } from '../../api/constants.js';
+import { formatGoDuration } from '../../api/duration.js';
 import { MachineResource, type Machine } from '../../api/types.js';
 import { Drainer } from '../../drain/drain.js';
 import { DrainMetrics } from '../../drain/metrics.js';
@@ -43,7 +44,7 @@ import { reconcilePreservation } from './preservation.js';
 import { rfc3339 } from '../conditions.js';
 import { resolveMachineClass } from './resolve.js';
 import type { MachineControllerSettings } from './settings.js';
-import { patchMachineStatus, type StatusChange } from './status.js';
+import { patchMachine, patchMachineStatus, type StatusChange } from './status.js';
 
 type CachedMachine = DeepReadonly<Machine>;
 type CachedNode = DeepReadonly<Node>;
@@ -457,11 +458,20 @@ export class MachineController {
     switch (reason) {
       case 'joined': {
         log.info('machine joined the cluster', { node: m.metadata.labels?.[Label.Node], joinDurationMs });
-        // The join duration goes to the metric and the Running lastOperation's description, not to
-        // the machine-join-duration annotation: that would cost one more write per machine, and
-        // gardener MCM's annotation never reaches the API server either (it is set on the object
-        // passed to UpdateStatus, which keeps only the status).
-        if (joinDurationMs !== undefined) d.metrics.observe('join', m, joinDurationMs / 1000);
+        // The join duration goes to the metric, the Running lastOperation's description and the
+        // machine-join-duration annotation (a Go duration). gardener's master sets that annotation
+        // on the object it passes to UpdateStatus, which keeps only the status, so it never lands
+        // there; here it does, with one merge patch per machine's life.
+        if (joinDurationMs !== undefined) {
+          d.metrics.observe('join', m, joinDurationMs / 1000);
+          try {
+            await patchMachine(d.client, m, {
+              annotations: { [Annotation.MachineJoinDuration]: formatGoDuration(joinDurationMs) },
+            });
+          } catch (err) {
+            if (!isNotFound(err)) throw err;
+          }
+        }
         await this.deleteBootstrapTokenIfUsed(m);
         return;
       }

@@ -323,7 +323,7 @@ class DeletionPass {
     });
     if (round.done) {
       drainer.forget(key);
-      d.drainMetrics.finished(key, namespace, (now - startedAt) / 1000);
+      d.drainMetrics.finished(key, namespace, this.m.metadata.labels?.name ?? '', (now - startedAt) / 1000);
       if (force !== undefined) {
         d.recorder.event(
           this.m,

@@ -176,7 +176,7 @@ async function drainForUpdate(
     };
   }
   drainer.forget(id);
-  d.drainMetrics.finished(id, namespace, (now - step.selectedAt) / 1000);
+  d.drainMetrics.finished(id, namespace, m.metadata.labels?.name ?? '', (now - step.selectedAt) / 1000);
   if (step.force !== undefined) {
     d.recorder.event(
       m,

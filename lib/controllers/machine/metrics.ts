@@ -7,6 +7,7 @@ import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import { MachinePhase } from '../../api/constants.js';
 import type { Machine, MachineClass, MachineDeployment } from '../../api/types.js';
 import type { DeepReadonly, Informer, Lister } from '../../kube/informer.js';
+import { WellKnownLabel } from '../../kube/wellknown.js';
 import { phaseOf } from '../machines.js';
 
 const PHASE_VALUE: Partial<Record<MachinePhase, number>> = {
@@ -155,7 +156,9 @@ export class MachineMetrics {
       namespace,
       machine_deployment: m.metadata.labels?.name ?? '',
       instance_type: cls?.nodeTemplate?.instanceType ?? '',
-      zone: cls?.nodeTemplate?.zone ?? '',
+      // gardener's master reads the zone from the machine's node template labels; the class's
+      // node template names it too, for machines whose template has no such label.
+      zone: m.spec?.nodeTemplate?.metadata?.labels?.[WellKnownLabel.Zone] ?? cls?.nodeTemplate?.zone ?? '',
     };
     const key = `${namespace}/${labels.machine_deployment}`;
     let sets = this.seen.get(key);

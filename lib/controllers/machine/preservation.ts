@@ -62,8 +62,10 @@ export async function reconcilePreservation(
       m,
       'Warning',
       'InvalidPreserveValue',
-      `${Annotation.Preserve}="${plan.effective.invalid}" on the ${plan.effective.source} is ignored (valid: now, when-failed, auto-preserved, false)`,
+      `${Annotation.Preserve}="${plan.effective.invalid}" on the ${plan.effective.source} is invalid and ignored (valid: now, when-failed, auto-preserved, false)${plan.effective.source === 'node' ? '; preservation is neither started nor stopped until it is fixed' : ''}`,
     );
+    // On the node it changes nothing until it is fixed (the node's next change brings us back).
+    if (plan.effective.source === 'node') return {};
   }
   const annotations: Record<string, string | null> = { ...(plan.effective.machineAnnotations ?? {}) };
   if (plan.removeAnnotation && plan.effective.source === 'machine') annotations[Annotation.Preserve] = null;

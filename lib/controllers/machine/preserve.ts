@@ -24,7 +24,10 @@ export interface EffectivePreserve {
   /** The governing value ('' when none); invalid values count as none. */
   value: string;
   source: 'node' | 'machine';
-  /** A value that is not one of now, when-failed, auto-preserved, false (reported, then ignored). */
+  /**
+   * A value that is not one of now, when-failed, auto-preserved, false, the empty one included
+   * (reported): on the machine it counts as none; on the node nothing changes until it is fixed.
+   */
   invalid?: string;
   /** Bookkeeping on the machine when the node's value governs (null removes a key). */
   machineAnnotations?: Record<string, string | null>;
@@ -54,7 +57,10 @@ export function effectivePreserve(m: AnyMachine, node: AnyNode | undefined): Eff
     if (own !== undefined && value !== '') bookkeeping[Annotation.Preserve] = null;
   }
   const out: EffectivePreserve = { value: VALID.has(value) ? value : '', source };
-  if (value !== '' && !VALID.has(value)) out.invalid = value;
+  // A value that is there but not one of the four (the empty one included, as on gardener's master)
+  // is invalid; a node value that was removed is not (it stops what the node started).
+  const present = source === 'node' ? onNode !== undefined : own !== undefined;
+  if (present && !VALID.has(value)) out.invalid = value;
   if (Object.keys(bookkeeping).length > 0) out.machineAnnotations = bookkeeping;
   return out;
 }
@@ -94,6 +100,17 @@ export function planPreservation(
   settings: MachineControllerSettings,
 ): PreservePlan {
   const effective = effectivePreserve(m, node);
+  // An invalid value on the node neither starts nor stops anything (gardener's master).
+  if (effective.invalid !== undefined && effective.source === 'node') {
+    const { machineAnnotations: _ignored, ...reported } = effective;
+    return {
+      effective: reported,
+      action: 'none',
+      removeAnnotation: false,
+      reason: PreservedReason.ByUser,
+      drain: false,
+    };
+  }
   const phase = phaseOf(m);
   const expiryRaw = Date.parse(m.status?.currentStatus?.preserveExpiryTime ?? '');
   const expiry = Number.isNaN(expiryRaw) ? undefined : expiryRaw;

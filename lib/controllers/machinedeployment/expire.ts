@@ -21,7 +21,16 @@ import { markedForDeletionTime } from '../machines.js';
 import { findNewMachineSet } from './newset.js';
 import { type DeploymentState, type PassContext, withCondition } from './pass.js';
 import { rolloutBounds } from './sets.js';
-import { EXPIRED, ExpiryBlock, planExpiry, type ExpiryInput, type Veto } from './expiry-plan.js';
+import {
+  EXPIRED,
+  ExpiryBlock,
+  ExpiryReason,
+  planExpiry,
+  type ExpiryInput,
+  type Veto,
+} from './expiry-plan.js';
+import { parseDisruptionBudget, parseDisruptionSchedule } from '../../api/disruption.js';
+import { replicasOf } from '../../api/replicas.js';
 
 type CachedMachine = DeepReadonly<Machine>;
 type CachedPod = DeepReadonly<Pod>;
@@ -117,6 +126,20 @@ export interface ExpiryDeps {
   started: StartedReplacements;
 }
 
+/** What is wrong with the deployment's disruption budget and schedule (cheap when unset). */
+function settingsProblems(mcd: DeploymentState['mcd']): string[] {
+  const a = mcd.metadata.annotations ?? {};
+  const budget = a[ExtensionAnnotation.DisruptionBudget];
+  const schedule = a[ExtensionAnnotation.DisruptionSchedule];
+  if (budget === undefined && schedule === undefined) return [];
+  const problems: string[] = [];
+  const b = parseDisruptionBudget(budget, replicasOf(mcd));
+  if (!b.ok) problems.push(b.problem);
+  const s = parseDisruptionSchedule(schedule);
+  if (!s.ok) problems.push(s.problem);
+  return problems;
+}
+
 /** Why the deployment is not settled for expiry, from the pass's state. */
 function unsettledOf(ctx: PassContext, state: DeploymentState): ExpiryInput<CachedMachine>['unsettled'] {
   const mcd = state.mcd;
@@ -152,12 +175,29 @@ export async function expireMachines(
   // Most deployments have no expiry: they cost no look at their machines.
   const expireAfter = mcd.metadata.annotations?.[ExtensionAnnotation.ExpireAfter];
   if (expireAfter === undefined) {
-    const had = findCondition(state.status.conditions, MachineDeploymentConditionType.Expiry) !== undefined;
-    if (had || deps.started.has(key)) {
+    const before = findCondition(state.status.conditions, MachineDeploymentConditionType.Expiry);
+    if (before !== undefined || deps.started.has(key)) {
       deps.metrics.forget(namespace, name);
       deps.started.forget(key);
     }
-    if (!had) return { state };
+    // Budget and windows bound in-place update drains too: invalid ones are reported here.
+    const problems = settingsProblems(mcd);
+    if (problems.length > 0) {
+      const message = `${problems.join('; ')}; no voluntary disruption (expiry, drains of automatic in-place updates) starts until it is fixed`;
+      if (before?.message !== message)
+        ctx.event(mcd, 'Warning', 'InvalidDisruptionSettings', problems.join('; '));
+      return {
+        state: withCondition(
+          state,
+          now,
+          MachineDeploymentConditionType.Expiry,
+          'False',
+          ExpiryReason.InvalidSettings,
+          message,
+        ),
+      };
+    }
+    if (before === undefined) return { state };
     return {
       state: {
         ...state,

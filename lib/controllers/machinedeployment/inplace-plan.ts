@@ -45,6 +45,12 @@ export interface InPlaceInput {
   maxSurge: number;
   maxUnavailable: number;
   manual: boolean;
+  /**
+   * The deployment's disruption budget and windows, when it sets them (expire.ts reads the same
+   * annotations): Auto orchestration selects nodes only inside a window and while fewer than
+   * `allowed` are being updated. Undefined: only maxUnavailable bounds it.
+   */
+  disruption?: { allowed: number; open: boolean; why: string; recheckAt: number | undefined } | undefined;
   newSet: InPlaceSet;
   oldSets: readonly InPlaceSet[];
 }
@@ -168,7 +174,7 @@ export function planNewSet(input: InPlaceInput): NewSetStep {
 }
 
 export type OldSetsStep =
-  | { kind: 'none'; reason: string }
+  | { kind: 'none'; reason: string; recheckAt?: number | undefined }
   | { kind: 'scale'; changes: { name: string; to: number }[] }
   | { kind: 'select'; nodes: string[] };
 
@@ -215,7 +221,16 @@ export function planOldSets(input: InPlaceInput): OldSetsStep {
   const minAvailable = replicas - input.maxUnavailable;
   const byAvailability = inService - minAvailable;
   const toUpdate = replicas - newSet.state.replicas - inProgress;
-  const budget = Math.min(byAvailability, toUpdate);
+  const d = input.disruption;
+  if (d !== undefined && !d.open) return { kind: 'none', reason: d.why, recheckAt: d.recheckAt };
+  const byBudget = d === undefined ? Number.POSITIVE_INFINITY : d.allowed - inProgress;
+  if (byBudget <= 0 && byAvailability > 0 && toUpdate > 0) {
+    return {
+      kind: 'none',
+      reason: `the disruption budget (${d?.allowed ?? 0}) is in use by ${inProgress} updating machines`,
+    };
+  }
+  const budget = Math.min(byAvailability, toUpdate, byBudget);
   if (budget <= 0) {
     return {
       kind: 'none',

@@ -7,18 +7,21 @@
 import {
   Annotation,
   EventReason,
+  ExtensionAnnotation,
   Label,
   LabelValue,
   MachinePhase,
   NodeConditionType,
   OrchestrationType,
 } from '../../api/constants.js';
+import { parseDisruptionBudget, parseDisruptionSchedule, windowState } from '../../api/disruption.js';
 import { replicasOf } from '../../api/replicas.js';
 import {
   API_VERSION,
   MachineResource,
   MachineSetResource,
   type Machine,
+  type MachineDeployment,
   type MachineSet,
 } from '../../api/types.js';
 import { isNotFound } from '../../kube/errors.js';
@@ -100,6 +103,43 @@ function inPlaceSetOf(ctx: PassContext, ms: MachineSet): InPlaceSet {
   };
 }
 
+/**
+ * The disruption budget and windows that bound the drains of an Auto in-place update, when the
+ * deployment sets either annotation; invalid ones allow none (the Expiry condition reports them).
+ */
+export function inPlaceDisruption(
+  mcd: DeepReadonly<MachineDeployment> | MachineDeployment,
+  now: number,
+): InPlaceInput['disruption'] {
+  const a = mcd.metadata.annotations ?? {};
+  const rawBudget = a[ExtensionAnnotation.DisruptionBudget];
+  const rawSchedule = a[ExtensionAnnotation.DisruptionSchedule];
+  if (rawBudget === undefined && rawSchedule === undefined) return undefined;
+  const budget = parseDisruptionBudget(rawBudget, replicasOf(mcd));
+  const schedule = parseDisruptionSchedule(rawSchedule);
+  if (!budget.ok || !schedule.ok) {
+    const problem = [budget, schedule]
+      .map((r) => (r.ok ? '' : r.problem))
+      .filter((p) => p !== '')
+      .join('; ');
+    return {
+      allowed: 0,
+      open: false,
+      why: `invalid disruption settings (${problem}): no voluntary disruption`,
+      recheckAt: undefined,
+    };
+  }
+  const w = windowState(schedule.windows, now);
+  return {
+    allowed: rawBudget === undefined ? Number.POSITIVE_INFINITY : budget.allowed,
+    open: w.open,
+    why: w.open
+      ? ''
+      : `outside the disruption windows (${w.changesAt === undefined ? 'none opens within a year' : `the next opens at ${new Date(w.changesAt).toISOString()}`})`,
+    recheckAt: w.changesAt,
+  };
+}
+
 function inputOf(ctx: PassContext, state: DeploymentState, newSetUID: string): InPlaceInput {
   const { newSet, oldSets } = splitSets(state, newSetUID);
   if (newSet === undefined) throw new Error('in-place update without a new machine set');
@@ -109,6 +149,7 @@ function inputOf(ctx: PassContext, state: DeploymentState, newSetUID: string): I
     maxSurge: bounds.maxSurge,
     maxUnavailable: bounds.maxUnavailable,
     manual: state.mcd.spec?.strategy?.inPlaceUpdate?.orchestrationType === OrchestrationType.Manual,
+    disruption: inPlaceDisruption(state.mcd, ctx.now),
     newSet: inPlaceSetOf(ctx, newSet),
     oldSets: oldSets.map((s) => inPlaceSetOf(ctx, s)),
   };
@@ -322,7 +363,10 @@ export async function rolloutInPlace(ctx: PassContext, initial: DeploymentState)
     return syncRolloutStatus(ctx, state, newSetUID);
   }
   ctx.log.debug('in-place update waits', { reason: oldStep.reason });
-  return finishRollout(ctx, state, newSetUID);
+  const finished = await finishRollout(ctx, state, newSetUID);
+  if (oldStep.recheckAt === undefined) return finished;
+  const untilWindow = Math.max(1000, oldStep.recheckAt - ctx.now);
+  return { ...finished, requeueAfter: Math.min(finished.requeueAfter ?? untilWindow, untilWindow) };
 }
 
 /**

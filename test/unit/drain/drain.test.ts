@@ -97,6 +97,19 @@ describe('drain rules', () => {
         pdb({ observedGeneration: 1, expectedPods: 2, currentHealthy: 2, disruptionsAllowed: 1 }),
       ),
     ).to.be.false;
+    // gardener master #1127: right after an eviction the API server lowered disruptionsAllowed and
+    // recorded the pod in disruptedPods while currentHealthy is not updated yet: not misconfigured.
+    expect(
+      isMisconfiguredPdb(
+        pdb({
+          observedGeneration: 1,
+          expectedPods: 2,
+          currentHealthy: 2,
+          disruptionsAllowed: 0,
+          disruptedPods: { 'web-1': '2026-11-28T01:00:00Z' },
+        }),
+      ),
+    ).to.be.false;
   });
 
   it('forces for the force-deletion label, after the drain timeout, and for a node NotReady for 5 minutes', () => {

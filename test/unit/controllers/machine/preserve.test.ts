@@ -54,6 +54,20 @@ describe('preservation planning', () => {
     expect(e.invalid).to.equal('forever');
   });
 
+  it('reports an empty value as invalid (gardener master #1118): on the machine it counts as none, on the node nothing changes', () => {
+    const own = effectivePreserve(machine('Failed', { [P]: '' }), undefined);
+    expect(own).to.deep.include({ value: '', source: 'machine', invalid: '' });
+    // A preserved machine whose node's value is empty: neither started nor stopped.
+    const preserved = machine('Failed', { [LAST]: 'now' }, T0 + 60_000);
+    const plan = planPreservation(preserved, node({ [P]: '' }), T0, settings);
+    expect(plan).to.deep.include({ action: 'none', drain: false, removeAnnotation: false });
+    expect(plan.effective).to.deep.include({ source: 'node', invalid: '' });
+    expect(plan.effective.machineAnnotations, 'no bookkeeping either').to.equal(undefined);
+    expect(planPreservation(preserved, node({ [P]: 'forever' }), T0, settings).action).to.equal('none');
+    // A removed node value is no invalid one: it stops what the node started.
+    expect(planPreservation(preserved, node(), T0, settings).action).to.equal('stop');
+  });
+
   const cases: [
     string,
     Machine,

@@ -122,6 +122,29 @@ describe('in-place update planning', () => {
       expect(two).to.deep.equal({ kind: 'select', nodes: ['node-old-0', 'node-old-1'] });
     });
 
+    it('selects within the deployment’s disruption budget, and none outside its windows', () => {
+      const four = (d: InPlaceInput['disruption']): InPlaceInput =>
+        input(set('new', 0, []), [set('old', 4, olds(4), true)], { maxUnavailable: 3, disruption: d });
+      const open = { open: true, why: '', recheckAt: undefined };
+      expect(planOldSets(four({ ...open, allowed: 2 }))).to.deep.equal({
+        kind: 'select',
+        nodes: ['node-old-0', 'node-old-1'],
+      });
+      const busy = input(
+        set('new', 0, []),
+        [set('old', 4, [machine('old-0', 'selected'), ...olds(3).slice(1)], true)],
+        {
+          maxUnavailable: 3,
+          disruption: { ...open, allowed: 1 },
+        },
+      );
+      expect(planOldSets(busy)).to.deep.include({ kind: 'none' });
+      const closed = planOldSets(
+        four({ allowed: 4, open: false, why: 'outside the disruption windows', recheckAt: 42 }),
+      );
+      expect(closed).to.deep.equal({ kind: 'none', reason: 'outside the disruption windows', recheckAt: 42 });
+    });
+
     it('waits while a selected machine is drained or updated (it counts as out of service)', () => {
       for (const stage of ['selected', 'updating'] as const) {
         const machines = [machine('old-0', stage), ...olds(3).slice(1)];
