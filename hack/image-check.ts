@@ -1,4 +1,4 @@
-// npm run image:check — builds the Dockerfile for real and runs the image (README, "Container
+// npm run image:check — builds the Dockerfile for real and runs the image (docs/operations.md, "Container
 // image"). No registry of container images is reachable here, so buildah builds the unchanged
 // Dockerfile with NODE_IMAGE set to a local Debian base (hack/image/base.ts), and podman runs it:
 // its configuration, --help, what is left in it, and the manager with the chart's flags and

@@ -397,7 +397,7 @@ const flags: Record<string, { help: string; set: Setter; boolean?: true }> = {
     },
   },
   'provider-module': {
-    help: 'an out-of-tree provider module to load (an npm package installed beside the manager, or a path to a file or package directory; repeatable): it registers drivers by MachineClass.provider name (README: Writing a provider)',
+    help: 'an out-of-tree provider module to load (an npm package installed beside the manager, or a path to a file or package directory; repeatable): it registers drivers by MachineClass.provider name (docs/writing-a-provider.md)',
     set: (c, v, n) => {
       if (v.trim() === '') throw new ConfigError(`--${n} needs a module name or path`);
       c.providerModules.push(v.trim());

@@ -6,7 +6,7 @@
 // garbage there), so a scale-down of 1,000 machines piled up 60 MiB of dead objects before V8
 // collected any. Capped at twice the live size (what Go's default GOGC=100 allows a Go
 // controller), the peak RSS of the 1,000-machine benchmark fell by 10-20 % for about 10 % more
-// CPU (README, Performance). A `--heap-growing-percent` given to node itself wins.
+// CPU (docs/performance.md). A `--heap-growing-percent` given to node itself wins.
 
 import { setFlagsFromString } from 'node:v8';
 
@@ -19,7 +19,7 @@ export const HEAP_GROWING_PERCENT = 100;
  * of the young generation's two semi-spaces grows to 4 MiB instead of V8's 16: the manager's
  * short-lived garbage (parsed responses and watch events, a reconcile's scratch) dies within a few
  * MiB of allocation, and the peak RSS of the 1,000-machine benchmark fell by about 20 MiB for a
- * few per cent more of the manager's CPU (README, Design decisions).
+ * few per cent more of the manager's CPU (docs/architecture.md, Design decisions).
  */
 export const NODE_FLAGS: readonly string[] = ['--max-semi-space-size=4'];
 

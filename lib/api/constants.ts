@@ -143,9 +143,11 @@ export const Label = {
   ScaleUpDisabled: 'node.machine.sapcloud.io/scale-up-disabled',
   /** On a Node: name of its Machine. */
   NodeMachineName: 'node.gardener.cloud/machine-name',
-  /** In-place update protocol labels on Nodes (update-result also on Machines). */
+  /** In-place update protocol, on a Node: its machine is to be updated in place. */
   CandidateForUpdate: 'node.machine.sapcloud.io/candidate-for-update',
+  /** In-place update protocol, on a Node: chosen for its update now (drain, then update). */
   SelectedForUpdate: 'node.machine.sapcloud.io/selected-for-update',
+  /** In-place update protocol, on a Node and its Machine: the update's result (see LabelValue). */
   UpdateResult: 'node.machine.sapcloud.io/update-result',
 } as const;
 export type Label = ValueOf<typeof Label>;
@@ -153,7 +155,9 @@ export type Label = ValueOf<typeof Label>;
 export const LabelValue = {
   /** Value of the `freeze` and `force-drain` labels. */
   True: 'True',
+  /** Value of the `update-result` label: the in-place update succeeded. */
   UpdateSuccessful: 'successful',
+  /** Value of the `update-result` label: the in-place update failed. */
   UpdateFailed: 'failed',
 } as const;
 export type LabelValue = ValueOf<typeof LabelValue>;
@@ -198,8 +202,11 @@ export const Annotation = {
   ClusterAutoscalerScaleDownDisabledByMCM: 'cluster-autoscaler.kubernetes.io/scale-down-disabled-by-mcm',
   /** Rollout bookkeeping shared with apps/v1 Deployments. */
   Revision: 'deployment.kubernetes.io/revision',
+  /** On a MachineSet: the earlier revisions it had (rollbacks reuse a set). */
   RevisionHistory: 'deployment.kubernetes.io/revision-history',
+  /** On a MachineSet: its deployment's replicas when the set was last sized. */
   DesiredReplicas: 'deployment.kubernetes.io/desired-replicas',
+  /** On a MachineSet: its deployment's replicas plus maxSurge when the set was last sized. */
   MaxReplicas: 'deployment.kubernetes.io/max-replicas',
   /** Written by `kubectl apply`; never copied from a MachineDeployment to its MachineSets. */
   KubectlLastAppliedConfiguration: 'kubectl.kubernetes.io/last-applied-configuration',
@@ -252,9 +259,13 @@ export const PodVetoAnnotation = {
 export const CLUSTER_AUTOSCALER_SCALE_DOWN_DISABLED_VALUE = 'true';
 
 export const PreserveValue = {
+  /** Preserve the machine now, whatever its phase. */
   Now: 'now',
+  /** Preserve the machine while it is Failed. */
   WhenFailed: 'when-failed',
+  /** Set by the MachineSet on a Failed machine within autoPreserveFailedMachineMax. */
   AutoPreserved: 'auto-preserved',
+  /** Do not preserve (stops a preservation; the MachineSet never auto-preserves it). */
   False: 'false',
 } as const;
 export type PreserveValue = ValueOf<typeof PreserveValue>;

@@ -42,7 +42,7 @@ export interface DrainRound {
   requeueAfterMs: number;
 }
 
-/** Where the one-at-a-time drain of pods with volumes stands (kept in memory; see README). */
+/** Where the one-at-a-time drain of pods with volumes stands (kept in memory; see docs/machine-lifecycle.md). */
 interface SerialState {
   pod: string;
   pvNames: string[];

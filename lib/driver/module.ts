@@ -102,7 +102,7 @@ function asProviderModule(spec: string, loaded: Record<string, unknown>): Provid
   const mod = candidates.find((c) => typeof c.registerProviders === 'function');
   if (mod === undefined) {
     throw new ProviderModuleError(
-      `provider module ${spec} exports no registerProviders function (see "Writing a provider" in the README)`,
+      `provider module ${spec} exports no registerProviders function (see docs/writing-a-provider.md)`,
     );
   }
   const version = mod.providerApiVersion;

@@ -80,7 +80,7 @@ each run replaces its own section. Columns: time from the write that started the
 the MachineDeployment was complete with every machine Running; the most machines seen beyond
 replicas + maxSurge at any moment (must be 0); VMs without a machine after convergence (must be
 0); machines deleted that no scale-down, rollout or autoscaler decision chose (must be 0). The
-definitions are in test/chaos/analysis.ts and the README ("Fault suite").
+definitions are in test/chaos/analysis.ts and docs/testing.md ("Fault suite").
 `;
 
 /** Replaces the section of this mode in results.md, keeping the other one. */

@@ -1,5 +1,5 @@
 // The provider conformance suite: what the controllers rely on from every driver, checked through
-// the six calls only. Any provider can run it (README: Writing a provider): give it a driver, a
+// the six calls only. Any provider can run it (docs/writing-a-provider.md): give it a driver, a
 // class it can create VMs with, a class it must refuse, and the secret values that must never
 // surface. Clouds are eventually consistent, so what a call shows after a write is awaited for a
 // short while rather than expected at once.

@@ -86,7 +86,8 @@ describe('gardener MCM master’s additions (real kube-apiserver, the whole mana
     await env.createClass('gm', {}, { nodeTemplate: nodeTemplate({ instanceType: 'v-medium' }) });
     await env.createClass(
       'gm-never',
-      { failure: { bootNeverCompletes: true } },
+      // Its VM comes up but its node stays NotReady for an hour: the machine waits Pending.
+      { bootDelay: '1h' },
       { nodeTemplate: nodeTemplate({ instanceType: 'v-large' }) },
     );
   });
@@ -110,7 +111,12 @@ describe('gardener MCM master’s additions (real kube-apiserver, the whole mana
       'the machine Failed',
       async () => (await machinesOf(env, name)).find((m) => phaseOf(m) === 'Failed'),
       90_000,
-    );
+    ).catch(async (err: unknown) => {
+      const ms = await machinesOf(env, name);
+      throw new Error(
+        `${String(err)}: ${ms.map((m) => `${m.metadata.name ?? ''} ${phaseOf(m)} ${m.metadata.creationTimestamp ?? ''} ${JSON.stringify(m.metadata.annotations)} ${m.status?.lastOperation?.description ?? ''}`).join(' | ')}`,
+      );
+    });
     expect(failed.metadata.annotations?.[CREATION_TIMEOUT], 'the machine carries it too').to.equal('15s');
     const age =
       Date.parse(failed.status?.lastOperation?.lastUpdateTime ?? '') -
@@ -124,7 +130,13 @@ describe('gardener MCM master’s additions (real kube-apiserver, the whole mana
         instance_type: 'v-large',
         zone: 'eu-virtual-b',
       }),
-    );
+    ).catch(async (err: unknown) => {
+      const text = (await env.manager?.registry.metrics()) ?? '';
+      const lines = text.split('\n').filter((l) => l.startsWith('mcm_machine_num_failed_join'));
+      throw new Error(
+        `${String(err)}; ${failed.status?.lastOperation?.description ?? ''}; series: ${lines.join(' | ')}`,
+      );
+    });
     expect(count).to.be.at.least(1);
     await env.client.delete(MachineDeploymentResource, name, { namespace: NS });
   });

@@ -12,7 +12,7 @@ import { phaseOf } from '../machines.js';
 
 type AnyMachine = Machine | DeepReadonly<Machine>;
 
-/** The deletion steps, stored in status.deletionStep (an addition; see README). */
+/** The deletion steps, stored in status.deletionStep (an addition; see docs/machine-lifecycle.md). */
 export const DeletionStep = {
   GetVMStatus: 'GetVMStatus',
   DrainNode: 'DrainNode',
