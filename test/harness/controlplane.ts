@@ -38,6 +38,9 @@ export interface KubectlResult {
   stderr: string;
 }
 
+/** The components a running control plane can add (ControlPlane.addComponent). */
+export type LateComponent = 'kube-scheduler' | 'kube-controller-manager' | 'kwok';
+
 /** Annotation selecting the Nodes kwok manages. */
 export const KWOK_NODE_ANNOTATION = 'kwok.x-k8s.io/node';
 export const KWOK_NODE_ANNOTATION_VALUE = 'fake';
@@ -68,6 +71,11 @@ export interface ControlPlane {
   stopApiServer(): Promise<void>;
   startApiServer(): Promise<void>;
   restartApiServer(): Promise<void>;
+  /**
+   * Starts a component the control plane was started without, and waits until it serves (dev
+   * mode adds each as soon as its build finishes). Starting one that runs already is an error.
+   */
+  addComponent(component: LateComponent): Promise<void>;
   /** PIDs of every component process of this control plane that is running. */
   pids(): number[];
   stop(): Promise<void>;
@@ -287,6 +295,15 @@ class HarnessControlPlane implements ControlPlane {
         (await httpGet(`https://127.0.0.1:${port}/healthz`, { rejectUnauthorized: false })).status === 200,
       { timeoutMs: 60_000, process: proc },
     );
+  }
+
+  async addComponent(component: LateComponent): Promise<void> {
+    if (this.others.some((p) => p.opts.name === component && p.running)) {
+      throw new Error(`${component} runs already`);
+    }
+    if (component === 'kwok') await this.startKwok();
+    else if (component === 'kube-scheduler') await this.startScheduler();
+    else await this.startControllerManager();
   }
 
   private startControllerManager(): Promise<void> {

@@ -84,11 +84,29 @@ export function componentDir(bin: Binary): string {
   return path.join(toolsDir(), `${c.dir}-${readToolVersions()[c.version]}`);
 }
 
+/**
+ * Where a binary may be, best first: its component's bin/; for kube-apiserver also the component
+ * `kube-apiserver`, the apiserver alone, which `npm start` builds before the rest of `kube`.
+ */
+function binaryCandidates(bin: Binary): string[] {
+  const own = path.join(componentDir(bin), 'bin', bin);
+  if (bin !== 'kube-apiserver') return [own];
+  return [own, path.join(toolsDir(), `kube-apiserver-${readToolVersions().KUBERNETES_VERSION}`, 'bin', bin)];
+}
+
+/** Whether a binary is built (binaryPath would not throw). */
+export function isBuilt(bin: Binary): boolean {
+  return binaryCandidates(bin).some((p) => existsSync(p));
+}
+
 /** Absolute path of a built binary; throws with the command that builds it when it is missing. */
 export function binaryPath(bin: Binary): string {
-  const p = path.join(componentDir(bin), 'bin', bin);
-  if (!existsSync(p)) {
-    throw new Error(`${bin} is not built (expected ${p}); run \`npm run tools\` (hack/tools.sh) first`);
+  const candidates = binaryCandidates(bin);
+  const p = candidates.find((c) => existsSync(c));
+  if (p === undefined) {
+    throw new Error(
+      `${bin} is not built (expected ${candidates[0] ?? bin}); run \`npm run tools\` (hack/tools.sh) first`,
+    );
   }
   return p;
 }

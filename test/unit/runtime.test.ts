@@ -32,8 +32,11 @@ describe('runtime: the V8 flags the manager sets on itself', () => {
         scripts: Record<string, string>;
       }
     ).scripts;
-    for (const name of ['start', 'start:manager'])
-      expect(scripts[name], name).to.contain(`node ${NODE_FLAGS.join(' ')} dist/cmd/`);
+    expect(scripts['start:manager'], 'start:manager').to.contain(`node ${NODE_FLAGS.join(' ')} dist/cmd/`);
+    // `npm start` runs hack/start.sh, which builds what dev mode needs and then starts it.
+    expect(scripts.start).to.equal('bash hack/start.sh');
+    const start = readFileSync(path.join(repoRoot, 'hack', 'start.sh'), 'utf8');
+    expect(start).to.contain(`exec node ${NODE_FLAGS.join(' ')} dist/cmd/dev.js "$@"`);
   });
 
   it('reads the node flags of the last ENTRYPOINT and refuses one that does not start the manager', () => {

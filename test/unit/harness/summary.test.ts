@@ -76,6 +76,7 @@ describe('mocha configuration of every suite', () => {
       '.mocharc.conformance.json',
       '.mocharc.e2e.json',
       '.mocharc.integration.json',
+      '.mocharc.smoke.json',
       '.mocharc.unit.json',
     ]);
     for (const f of configs) {
