@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Builds the real Kubernetes components that tests and dev mode run (etcd, kube-apiserver,
 # kube-scheduler, kube-controller-manager, kubectl, kwok, helm, cluster-autoscaler; gardener MCM
-# for the scale benchmark) from the Go module proxy, and the EC2 emulator (moto, a Python venv from
-# PyPI), into a cache directory outside the repository. Idempotent: a component whose
-# binaries already exist for the pinned version is skipped. cluster-autoscaler releases newer than
-# the proxy serves are built from the source tarballs in ../shared/third_party/cluster-autoscaler
-# (skipped, with the reason, where that directory is absent).
+# for the scale benchmark) from the Go module proxy, the EC2 emulator (moto, a Python venv from
+# PyPI) and Prometheus (Debian's package, unpacked), into a cache directory outside the
+# repository. Idempotent: a component whose binaries already exist for the pinned version is
+# skipped. cluster-autoscaler releases newer than the proxy serves are built from the source
+# tarballs in ../shared/third_party/cluster-autoscaler (skipped, with the reason, where that
+# directory is absent).
 #
 # Usage: hack/tools.sh [COMPONENT ...]   (default: all)
 #   all, test      etcd kube kwok helm cluster-autoscaler (every version) mcm-anchor moto
-#                  mcm-aws-anchor
+#                  mcm-aws-anchor prometheus
 #   dev            etcd kube kwok and the newest cluster-autoscaler, moto (for --provider=aws)
 #   etcd | kube | kwok | helm
 #   moto           the EC2 emulator: a venv with moto[ec2,iam,server] (needs python3 >= 3.9 and
@@ -21,6 +22,8 @@
 #   mcm-aws-anchor gardener's AWS machine-controller (machine-controller-manager-provider-aws,
 #                  unchanged, from the release tarball in ../shared/third_party): the test of our
 #                  manager beside gardener's AWS sidecar, and `npm run bench aws`
+#   prometheus     Prometheus and promtool from Debian's package (apt-get download + dpkg-deb -x,
+#                  no root, no Go): the tests of the chart's alerts and dashboard
 #   autoscaler-floor the Go floor of `npm run bench autoscaler`: a minimal externalgrpc server
 #                  (grpc-go, test/bench/anchor/grpcfloor; not in all/test/dev)
 #        hack/tools.sh --print-dir     print the cache directory and exit
@@ -553,6 +556,47 @@ build_mcm_aws_anchor() {
   run_logged mcm-aws-anchor "$logfile" go_locked go build -v -ldflags "-s -w" -o "$out/bin/machine-controller" ./cmd/machine-controller
 }
 
+# --- prometheus: Prometheus and promtool, to test the chart's alerts and dashboard ---------------
+# Debian's `prometheus` package (the upstream release built by Debian, without the web UI's assets,
+# which no test needs), fetched with `apt-get download` — apt checks it against the archive's
+# signed index as it does for an install — and unpacked with `dpkg-deb -x`: nothing is installed
+# and no root is needed. Where the system's package lists do not offer the pinned version (an image
+# whose lists were removed, or never updated), apt fetches a private copy of the lists of the
+# system's sources into the build directory and downloads with those.
+require_apt() {
+  local t
+  for t in apt-get dpkg-deb; do
+    if ! command -v "$t" >/dev/null 2>&1; then
+      echo "$t is not installed; Prometheus $PROMETHEUS_DEB_VERSION comes from Debian's package archive (a Debian machine with apt and a bookworm source)" >&2
+      return 1
+    fi
+  done
+}
+
+build_prometheus() {
+  local out=$1 logfile=$2
+  local work="$out/deb" pkg="prometheus=$PROMETHEUS_DEB_VERSION"
+  local apt=(apt-get -q)
+  # As root apt hands downloads to its sandbox user, who cannot write into a private cache directory.
+  if ((EUID == 0)); then apt+=(-o APT::Sandbox::User=root); fi
+  mkdir -p "$work"
+  if ! (cd "$work" && "${apt[@]}" download "$pkg") >>"$logfile" 2>&1; then
+    echo "the system's package lists do not offer $pkg: fetching a private copy of them" >>"$logfile"
+    mkdir -p "$work/lists/partial" "$work/cache/archives/partial"
+    apt+=(-o "Dir::State::Lists=$work/lists" -o "Dir::Cache=$work/cache" -o Debug::NoLocking=1)
+    "${apt[@]}" update >>"$logfile" 2>&1
+    (cd "$work" && "${apt[@]}" download "$pkg") >>"$logfile" 2>&1
+  fi
+  local deb
+  deb=$(ls "$work"/prometheus_*.deb)
+  sha256sum "$deb" | sed "s#$work/##" >"$out/SOURCE"
+  dpkg-deb -x "$deb" "$work/root"
+  cp "$work/root/usr/bin/prometheus" "$work/root/usr/bin/promtool" "$out/bin/"
+  rm -rf "$work"
+  "$out/bin/promtool" --version >>"$logfile" 2>&1
+  "$out/bin/prometheus" --version >>"$logfile" 2>&1
+}
+
 # --- main ------------------------------------------------------------------------------------------
 # cluster-autoscaler-1.NN -> pinned patch version
 declare -A CA_BY_MINOR=()
@@ -565,24 +609,24 @@ for v in "${CA_ALL[@]}"; do CA_COMPONENTS+=("cluster-autoscaler-${v%.*}"); done
 components=()
 for arg in "${@:-all}"; do
   case "$arg" in
-    all | test) components+=(etcd kube kwok helm "${CA_COMPONENTS[@]}" mcm-anchor moto mcm-aws-anchor) ;;
+    all | test) components+=(etcd kube kwok helm "${CA_COMPONENTS[@]}" mcm-anchor moto mcm-aws-anchor prometheus) ;;
     dev) components+=(etcd kube kwok "$CA_NEWEST" moto) ;;
-    etcd | kube | kwok | helm | mcm-anchor | mcm-aws-anchor | autoscaler-floor | moto) components+=("$arg") ;;
+    etcd | kube | kwok | helm | mcm-anchor | mcm-aws-anchor | autoscaler-floor | moto | prometheus) components+=("$arg") ;;
     cluster-autoscaler) components+=("${CA_COMPONENTS[@]}") ;;
     *)
       if [[ -n "${CA_BY_MINOR[$arg]:-}" ]]; then
         components+=("$arg")
       else
-        echo "unknown component '$arg' (expected all, test, dev, etcd, kube, kwok, helm, cluster-autoscaler, ${CA_COMPONENTS[*]}, mcm-anchor, mcm-aws-anchor, autoscaler-floor, moto)" >&2
+        echo "unknown component '$arg' (expected all, test, dev, etcd, kube, kwok, helm, cluster-autoscaler, ${CA_COMPONENTS[*]}, mcm-anchor, mcm-aws-anchor, autoscaler-floor, moto, prometheus)" >&2
         exit 2
       fi
       ;;
   esac
 done
 
-# Only the Go-built components need Go: `hack/tools.sh moto` runs without it.
+# Only the Go-built components need Go: `hack/tools.sh moto` and `prometheus` run without it.
 needs_go=0
-for c in "${components[@]}"; do [[ "$c" == moto ]] || needs_go=1; done
+for c in "${components[@]}"; do [[ "$c" == moto || "$c" == prometheus ]] || needs_go=1; done
 if ((needs_go)); then
   require_go
   log "building into $TOOLS_DIR with $(go env GOVERSION) (GOMODCACHE=$(go env GOMODCACHE))"
@@ -613,6 +657,15 @@ for c in "${components[@]}"; do
         skip_component moto "$MOTO_VERSION" "$why"
       else
         build_component moto "$MOTO_VERSION" moto_server venv/bin/python -- build_moto
+      fi
+      ;;
+    prometheus)
+      # Without apt (not a Debian-like machine) it is skipped with the reason, like moto without
+      # Python: the tests that need it then fail naming the command to run.
+      if ! is_built prometheus "$PROMETHEUS_DEB_VERSION" prometheus promtool && ! why=$(require_apt 2>&1); then
+        skip_component prometheus "$PROMETHEUS_DEB_VERSION" "$why"
+      else
+        build_component prometheus "$PROMETHEUS_DEB_VERSION" prometheus promtool -- build_prometheus
       fi
       ;;
     autoscaler-floor)
