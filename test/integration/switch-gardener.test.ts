@@ -186,15 +186,22 @@ describe('switching a fleet from gardener’s MCM v0.62.1 + AWS machine-controll
     return (metric?.values ?? []).every((v) => v.value === 0);
   }
 
-  /** Objects in the namespace (and Nodes) that a client of ours has written. */
-  async function writtenByUs(): Promise<string[]> {
-    const ours = (o: KubeObject): boolean =>
-      (o.metadata.managedFields ?? []).some(
-        (f) =>
-          typeof f === 'object' &&
-          f !== null &&
-          String((f as { manager?: unknown }).manager).startsWith('machine-controller-manager-ts'),
-      );
+  const ourManager = (manager: string): boolean => manager.startsWith('machine-controller-manager-ts');
+  /** gardener's field managers: the names of its two binaries, as the API server records them. */
+  const gardenerManager = (manager: string): boolean =>
+    manager === 'machine-controller-manager' || manager === 'machine-controller';
+
+  /**
+   * The objects in the namespace (and Nodes) that a field manager `by` accepts has written (since
+   * `sinceMs`, to the second the API server records), as `<kind> <name>`.
+   */
+  async function writtenBy(by: (manager: string) => boolean, sinceMs = 0): Promise<string[]> {
+    const since = Math.floor(sinceMs / 1000) * 1000;
+    const wrote = (o: KubeObject): boolean =>
+      (o.metadata.managedFields ?? []).some((f) => {
+        const entry = f as { manager?: unknown; time?: unknown };
+        return by(String(entry.manager)) && Date.parse(String(entry.time)) >= since;
+      });
     const out: string[] = [];
     for (const [kind, res] of [
       ['MachineDeployment', MachineDeploymentResource],
@@ -203,10 +210,19 @@ describe('switching a fleet from gardener’s MCM v0.62.1 + AWS machine-controll
       ['MachineClass', MachineClassResource],
     ] as const) {
       for (const o of (await env.client.list(res, { namespace: NS })).items)
-        if (ours(o)) out.push(`${kind} ${o.metadata.name ?? ''}`);
+        if (wrote(o)) out.push(`${kind} ${o.metadata.name ?? ''}`);
     }
-    for (const n of await env.nodes()) if (ours(n)) out.push(`Node ${n.metadata.name ?? ''}`);
+    for (const n of await env.nodes()) if (wrote(n)) out.push(`Node ${n.metadata.name ?? ''}`);
     return out;
+  }
+
+  /** Asserts for two lease durations that the leader stays the leader. */
+  async function expectLeaderStays(leads: () => Promise<boolean>, what: string): Promise<void> {
+    const end = Date.now() + 2 * LEASE_SECONDS * 1000;
+    while (Date.now() < end) {
+      expect(await leads(), what).to.equal(true);
+      await new Promise((r) => setTimeout(r, 500));
+    }
   }
 
   async function startGardenerStack(): Promise<void> {
@@ -366,7 +382,7 @@ describe('switching a fleet from gardener’s MCM v0.62.1 + AWS machine-controll
       await env.createDeployment(APP, 3, 'gaws');
       await settled(3);
       await expectServedCrds(gardenerCrdDir());
-      expect(await writtenByUs(), 'objects our manager wrote').to.deep.equal([]);
+      expect(await writtenBy(ourManager), 'objects our manager wrote').to.deep.equal([]);
     });
 
     it('our manager started while gardener’s MCM holds the Lease machine-controller-manager waits and writes nothing', async () => {
@@ -379,15 +395,13 @@ describe('switching a fleet from gardener’s MCM v0.62.1 + AWS machine-controll
       callsBefore = lifecycleCalls();
       // Step 3 done too early: our manager starts while gardener's MCM still runs.
       await startOurs();
-      const waitUntil = Date.now() + 2 * LEASE_SECONDS * 1000;
-      while (Date.now() < waitUntil) {
-        expect(env.manager?.isLeading(), 'our manager leads while gardener’s MCM holds the Lease').to.equal(
-          false,
-        );
-        await new Promise((r) => setTimeout(r, 500));
-      }
+      await expectLeaderStays(
+        async () =>
+          env.manager?.isLeading() === false && (await lease(MCM_LEASE)).spec?.holderIdentity === hostname(),
+        'gardener’s MCM keeps the Lease, ours does not lead',
+      );
       expect((await lease(MCM_LEASE)).spec?.holderIdentity, 'holder of the Lease').to.equal(hostname());
-      expect(await writtenByUs(), 'objects our manager wrote').to.deep.equal([]);
+      expect(await writtenBy(ourManager), 'objects our manager wrote').to.deep.equal([]);
       expect(lifecycleCalls()).to.deep.equal(callsBefore);
     });
 
@@ -398,7 +412,7 @@ describe('switching a fleet from gardener’s MCM v0.62.1 + AWS machine-controll
       await expectUntouched(before, callsBefore);
       // It did look at the cloud and write to the objects: the check above could have failed.
       expect(proxy.calls.get('DescribeInstances') ?? 0, 'DescribeInstances calls').to.be.greaterThan(0);
-      expect(await writtenByUs(), 'objects our manager wrote').to.include(`MachineDeployment ${APP}`);
+      expect(await writtenBy(ourManager), 'objects our manager wrote').to.include(`MachineDeployment ${APP}`);
     });
 
     it('ours scales 3→4 (one new instance, the machine Running) and 4→3 (one instance terminated)', async () => {
@@ -418,12 +432,28 @@ describe('switching a fleet from gardener’s MCM v0.62.1 + AWS machine-controll
       expect((await fleet()).machineSets, 'MachineSets').to.deep.equal(sets);
     });
 
-    it('back: ours stops, gardener’s stack runs on our CRDs and takes over without starting or stopping an instance, then scales to zero', async () => {
-      await env.stopManager();
+    it('back: gardener’s MCM started while ours leads waits; ours stops, gardener’s stack runs on our CRDs and takes over without starting or stopping an instance, then scales to zero', async () => {
       before = await fleet();
       callsBefore = lifecycleCalls();
+      // Started too early: gardener's MCM campaigns for the Lease our manager holds.
+      const started = Date.now();
+      gardenerMcm = await startGardenerMachineControllerManager(env.cp, NS, [
+        ...gardenerLeaderElection,
+        '--machine-safety-overshooting-period=5s',
+      ]);
+      await expectLeaderStays(
+        async () =>
+          env.manager?.isLeading() === true &&
+          (await lease(MCM_LEASE)).spec?.holderIdentity?.startsWith(`${hostname()}_`) === true,
+        'ours keeps the Lease',
+      );
+      expect(
+        await writtenBy(gardenerManager, started),
+        'objects gardener wrote while ours led',
+      ).to.deep.equal([]);
+      await env.stopManager();
       const describes = proxy.calls.get('DescribeInstances') ?? 0;
-      await startGardenerStack();
+      await startGardenerSidecar();
       await gardenerLeads();
       // gardener's orphan collection (every 5 s) has looked at the cloud twice.
       await until(
@@ -439,6 +469,10 @@ describe('switching a fleet from gardener’s MCM v0.62.1 + AWS machine-controll
       await until('no machine left', async () => (await env.machines(APP)).length === 0, 120_000);
       await until('no live instance left', async () => (await live()).length === 0, 60_000);
       await until('no node left', async () => (await env.nodes()).length === 0, 30_000);
+      // gardener's writes since it started are seen: the check above could have failed.
+      expect(await writtenBy(gardenerManager, started), 'objects gardener wrote').to.include(
+        `MachineDeployment ${APP}`,
+      );
     });
   });
 
