@@ -66,7 +66,7 @@ export class LifecycleEnv {
 
   async startManager(
     overrides: Partial<ManagerConfig> = {},
-    deps: Pick<ManagerDeps, 'wrapInformerClient'> = {},
+    deps: Pick<ManagerDeps, 'wrapInformerClient' | 'providers'> = {},
   ): Promise<Manager> {
     const manager = new Manager(this.config(overrides), {
       logger: testLogger().child({ component: 'manager' }),
