@@ -5,8 +5,8 @@
 // The queue is the manager's, not a MachineClass's: its client takes the manager's own AWS
 // identity through the SDK's default chain (IRSA or EKS Pod Identity web identity, environment,
 // shared config, instance profile). The region is the queue URL's (sqs.<region>.amazonaws.com),
-// else the SDK's (AWS_REGION). The endpoint is the SDK's business as for EC2: AWS_ENDPOINT_URL_SQS
-// or AWS_ENDPOINT_URL, else the queue URL's host (an emulator's, a VPC endpoint's).
+// else the SDK's (AWS_REGION). The endpoint is the SDK's as for EC2: AWS_ENDPOINT_URL_SQS or
+// AWS_ENDPOINT_URL (a VPC endpoint, a proxy, an emulator), else the queue URL's host.
 //
 // DeleteMessage is fenced per attempt, as EC2 writes are (client.ts): a process that lost the
 // Lease acknowledges nothing, so the message comes back to the leader.
@@ -76,6 +76,12 @@ export function queueUrlProblem(url: string): string | undefined {
   return undefined;
 }
 
+/** Whether the SDK's variables give SQS an endpoint (AWS_ENDPOINT_URL_SQS, AWS_ENDPOINT_URL). */
+function endpointConfigured(env: NodeJS.ProcessEnv = process.env): boolean {
+  if ((env.AWS_IGNORE_CONFIGURED_ENDPOINT_URLS ?? '').toLowerCase() === 'true') return false;
+  return (env.AWS_ENDPOINT_URL_SQS ?? '') !== '' || (env.AWS_ENDPOINT_URL ?? '') !== '';
+}
+
 export interface SqsQueueOptions {
   fence?: WriteFence | undefined;
   /** Replaces the SDK's HTTP handler (tests). */
@@ -95,6 +101,9 @@ export function sqsInterruptionQueue(url: string, opts: SqsQueueOptions = {}): I
         const client = new sdk.SQSClient({
           // An emulator's URL names no region, and the region is then the SDK's (or any).
           region: region ?? 'us-east-1',
+          // The SDK sends to the queue URL's host unless told otherwise, even over an endpoint its
+          // own variables configure: those must win (a VPC endpoint, a proxy).
+          useQueueUrlAsEndpoint: !endpointConfigured(),
           maxAttempts: 3,
           requestHandler: (opts.requestHandler ?? {
             requestTimeout: REQUEST_TIMEOUT_MS,

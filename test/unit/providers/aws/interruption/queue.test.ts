@@ -113,6 +113,19 @@ describe('the interruption queue (SQS)', () => {
     }
   });
 
+  it('sends to AWS_ENDPOINT_URL_SQS when it is set, whatever host the queue URL names', async () => {
+    const { handler, requests } = fakeSqs(() => ({}));
+    process.env.AWS_ENDPOINT_URL_SQS = 'http://127.0.0.1:4566';
+    const queue = sqsInterruptionQueue(URL, { loadSdk, requestHandler: handler });
+    try {
+      await queue.delete('rh-1', new AbortController().signal);
+      expect(requests[0]?.hostname).to.equal('127.0.0.1');
+    } finally {
+      delete process.env.AWS_ENDPOINT_URL_SQS;
+      queue.close();
+    }
+  });
+
   it('deletes nothing from a process that does not hold the Lease: the request never leaves', async () => {
     const { handler, requests } = fakeSqs(() => ({}));
     const fence = new LeaseFence(new FakeClock());
