@@ -45,7 +45,7 @@ export default tseslint.config(
     // The manager takes the AWS SDK from its bundle (lib/providers/aws/sdk-entry.ts lists what it
     // holds); the image installs no SDK package. Types vanish at compile time and stay allowed.
     files: ['cmd/**/*.ts', 'lib/**/*.ts'],
-    ignores: ['lib/providers/aws/sdk-entry.ts'],
+    ignores: ['lib/providers/aws/sdk-entry.ts', 'lib/providers/aws/sqs-entry.ts'],
     rules: {
       '@typescript-eslint/no-restricted-imports': [
         'error',
@@ -55,7 +55,7 @@ export default tseslint.config(
               group: ['@aws-sdk/*', '@smithy/*'],
               allowTypeImports: true,
               message:
-                'lib/ takes AWS SDK values from the bundle: export them in lib/providers/aws/sdk-entry.ts and reach them through client.ts.',
+                'lib/ takes AWS SDK values from the bundle: export them in lib/providers/aws/sdk-entry.ts (EC2) or sqs-entry.ts (SQS) and reach them through client.ts or interruption/queue.ts.',
             },
           ],
         },

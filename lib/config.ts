@@ -1,5 +1,7 @@
 import { parseGoDuration } from './api/duration.js';
 import { parseNodeGroupFlag, type NodeGroupFlag } from './autoscaler/groups.js';
+import { SPOT_INTERRUPTION_NOTICE_MS } from './providers/aws/interruption/notices.js';
+import { queueUrlProblem } from './providers/aws/interruption/queue.js';
 
 /**
  * Command-line configuration of the manager. Flag names and defaults follow gardener MCM's
@@ -87,6 +89,13 @@ export interface ManagerConfig {
   // ---- providers (addition) ----
   /** --provider-module values: out-of-tree provider modules loaded at start, in order. */
   providerModules: string[];
+  // ---- AWS interruption notices (additions) ----
+  /** The SQS queue URL EventBridge sends EC2 interruption events to; '' = none read. */
+  awsInterruptionQueue: string;
+  /** How long after a Spot interruption warning a node's drain may take (under two minutes). */
+  awsInterruptionDrainTimeoutMs: number;
+  /** A rebalance recommendation replaces the machine (surge first) instead of only being reported. */
+  awsRebalanceAsInterruption: boolean;
 }
 
 export const defaultConfig: ManagerConfig = {
@@ -139,6 +148,9 @@ export const defaultConfig: ManagerConfig = {
   autoscalerGpuLabel: '',
   autoscalerGpuTypes: [],
   providerModules: [],
+  awsInterruptionQueue: '',
+  awsInterruptionDrainTimeoutMs: 90_000,
+  awsRebalanceAsInterruption: false,
 };
 
 export class ConfigError extends Error {
@@ -414,6 +426,29 @@ const flags: Record<string, { help: string; set: Setter; boolean?: true }> = {
       c.providerModules.push(v.trim());
     },
   },
+  'aws-interruption-queue': {
+    help: 'URL of the SQS queue EventBridge sends EC2 interruption events to (Spot interruption warnings, rebalance recommendations, instance state changes, AWS Health scheduled changes); the leader reads it and replaces the machines concerned (docs/spot-interruptions.md). Empty: none',
+    set: (c, v, n) => {
+      const url = v.trim();
+      const problem = url === '' ? undefined : queueUrlProblem(url);
+      if (problem !== undefined) throw new ConfigError(`--${n}: ${problem}`);
+      c.awsInterruptionQueue = url;
+    },
+  },
+  'aws-interruption-drain-timeout': {
+    help: "how long after a Spot interruption warning the node's drain may take; pods still there are then deleted without eviction, and the rest of EC2's two minutes is for deleting the instance (a scheduled change's drain ends as long before its start)",
+    set: (c, v, n) => {
+      const ms = parseDuration(v);
+      if (ms <= 0 || ms >= SPOT_INTERRUPTION_NOTICE_MS)
+        throw new ConfigError(`--${n}: must be more than 0 and less than 2m (EC2's notice), got "${v}"`);
+      c.awsInterruptionDrainTimeoutMs = ms;
+    },
+  },
+  'aws-rebalance-as-interruption': {
+    help: 'an EC2 rebalance recommendation replaces the machine, surge first (without it: a RebalanceRecommended node condition and an event only)',
+    set: (c, v, n) => (c.awsRebalanceAsInterruption = parseBool(n, v)),
+    boolean: true,
+  },
   'autoscaler-gpu-label': {
     help: 'node label the autoscaler treats as the GPU type label (GPULabel; empty: none)',
     set: (c, v) => (c.autoscalerGpuLabel = v.trim()),
@@ -508,6 +543,10 @@ const FLAG_GROUPS: [string, string[]][] = [
       'autoscaler-gpu-label',
       'autoscaler-gpu-types',
     ],
+  ],
+  [
+    'AWS interruption notices',
+    ['aws-interruption-queue', 'aws-interruption-drain-timeout', 'aws-rebalance-as-interruption'],
   ],
   ['Metrics, health and logs', ['address', 'port', 'v', 'log-format']],
 ];

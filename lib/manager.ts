@@ -11,6 +11,7 @@ import { MachineClassController } from './controllers/machineclass/controller.js
 import { MachineDeploymentController } from './controllers/machinedeployment/controller.js';
 import { MachineSetController } from './controllers/machineset/controller.js';
 import { NodeController } from './controllers/node/controller.js';
+import { VmNoticeHandler } from './controllers/notices/handler.js';
 import { OvershootSafetyController } from './controllers/safety/overshoot.js';
 import { ProviderSafety } from './controllers/safety/provider.js';
 import { SecretController } from './controllers/secret/controller.js';
@@ -26,14 +27,38 @@ import { LeaseFence } from './kube/fence.js';
 import { ObservabilityServer, readiness } from './observability/http.js';
 import type { Logger } from './observability/logger.js';
 import { newRegistry } from './observability/metrics.js';
-import { AWS_PROVIDER, AWS_PROVIDER_ID_PREFIX, awsProvider } from './providers/aws/index.js';
+import {
+  AWS_PROVIDER,
+  AWS_PROVIDER_ID_PREFIX,
+  awsProvider,
+  type AwsInterruptionOptions,
+} from './providers/aws/index.js';
 import { VIRTUAL_PROVIDER, VIRTUAL_PROVIDER_ID_PREFIX, virtualProvider } from './providers/virtual/index.js';
 
-/** The providers this build serves: the built-in virtual (simulated) cloud and AWS EC2. */
-export function defaultProviders(): ProviderRegistry {
+/**
+ * The providers this build serves: the built-in virtual (simulated) cloud and AWS EC2 (with the
+ * interruption queue of the configuration, when it names one).
+ */
+export function defaultProviders(config?: ManagerConfig): ProviderRegistry {
   return new ProviderRegistry()
     .register(VIRTUAL_PROVIDER, virtualProvider(), { providerIDPrefix: VIRTUAL_PROVIDER_ID_PREFIX })
-    .register(AWS_PROVIDER, awsProvider(), { providerIDPrefix: AWS_PROVIDER_ID_PREFIX });
+    .register(AWS_PROVIDER, awsProvider({ interruption: awsInterruptionOptions(config) }), {
+      providerIDPrefix: AWS_PROVIDER_ID_PREFIX,
+    });
+}
+
+/** The AWS interruption queue the configuration asks for, if any. */
+export function awsInterruptionOptions(
+  config: ManagerConfig | undefined,
+): AwsInterruptionOptions | undefined {
+  if (config === undefined || config.awsInterruptionQueue === '') return undefined;
+  return {
+    queueUrl: config.awsInterruptionQueue,
+    settings: {
+      drainTimeoutMs: config.awsInterruptionDrainTimeoutMs,
+      rebalanceAsInterruption: config.awsRebalanceAsInterruption,
+    },
+  };
 }
 
 /**
@@ -177,7 +202,7 @@ export class Manager {
       userAgent: `${deps.userAgent ?? 'machine-controller-manager-ts'}/leader-election`,
       logger: this.log,
     });
-    this.providers = deps.providers ?? defaultProviders();
+    this.providers = deps.providers ?? defaultProviders(config);
     const cloudClient = (kubeConfig: KubeConfigSource, side: string): KubeClient => {
       const c = new KubeClient({
         kubeConfig,
@@ -417,6 +442,17 @@ export class Manager {
       resyncPeriodMs: this.config.minResyncPeriodMs,
     });
     this.informers = informers;
+    // Notices about VMs (a provider's interruption queue) are recorded on the machines; only the
+    // leader's providers read them, and the clients' fence guards every write.
+    const notices = new VmNoticeHandler({
+      client: this.client,
+      target: this.target,
+      machines: informers.machines,
+      nodes: informers.nodes,
+      recorder: this.recorderFor(EventSource.MachineController),
+      clock: this.clock,
+      logger: this.log,
+    });
     this.providers.instantiate({
       control: this.cloudControl,
       target: this.cloudTarget,
@@ -427,6 +463,7 @@ export class Manager {
       logger: this.log,
       registry: this.registry,
       fence: this.fence,
+      notices,
     });
     informers.start();
     await informers.waitForSync();

@@ -244,6 +244,15 @@ export const ExtensionAnnotation = {
    * are available.
    */
   Replacing: 'machine.mcm-ts.io/replacing',
+  /**
+   * On a Machine: its VM is about to go (a cloud interruption notice: an EC2 Spot interruption
+   * warning, a scheduled retirement, or a stop or termination the manager did not ask for), RFC 3339.
+   * The node's drain ends by then: pods still there are deleted without eviction. With the
+   * replacing annotation, its MachineSet creates the replacement and deletes the machine at once,
+   * without waiting for the replacement to become available. Written before the notice is
+   * acknowledged to the cloud, so that a restart acts on it.
+   */
+  InterruptionDeadline: 'machine.mcm-ts.io/interruption-deadline',
 } as const;
 export type ExtensionAnnotation = ValueOf<typeof ExtensionAnnotation>;
 
@@ -325,6 +334,11 @@ export const NodeConditionType = {
   Terminating: 'Terminating',
   InPlaceUpdate: 'InPlaceUpdate',
   Preserved: 'Preserved',
+  /**
+   * True while the cloud recommends moving off the node's VM (an EC2 rebalance recommendation: its
+   * Spot capacity is at elevated risk of interruption); the reason names the notice.
+   */
+  RebalanceRecommended: 'RebalanceRecommended',
 } as const;
 export type NodeConditionType = ValueOf<typeof NodeConditionType>;
 

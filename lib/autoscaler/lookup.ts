@@ -5,7 +5,12 @@
 
 import { Label } from '../api/constants.js';
 import type { Machine, MachineDeployment, MachineSet } from '../api/types.js';
-import { MACHINE_NODE_INDEX, NODE_MACHINE_INDEX, type SharedInformers } from '../controllers/context.js';
+import {
+  MACHINE_NODE_INDEX,
+  MACHINE_PROVIDER_ID_INDEX,
+  NODE_MACHINE_INDEX,
+  type SharedInformers,
+} from '../controllers/context.js';
 import { controllerRefOf, vmKey } from '../controllers/machines.js';
 import type { Clock } from '../kube/clock.js';
 import { CONTROLLER_UID_INDEX, type DeepReadonly } from '../kube/informer.js';
@@ -13,8 +18,6 @@ import type { Node } from '../kube/types.js';
 import type { Logger } from '../observability/logger.js';
 import { discoverGroups, parseGroupId, type NodeGroup, type NodeGroupFlag } from './groups.js';
 import { machineOfPlaceholder } from './instances.js';
-
-export const MACHINE_PROVIDER_ID_INDEX = 'autoscalerMachineProviderID';
 
 type RMachine = DeepReadonly<Machine>;
 type RDeployment = DeepReadonly<MachineDeployment>;
@@ -47,11 +50,6 @@ export class GroupLookup {
     private readonly clock: Clock,
     private readonly log: Logger,
   ) {
-    // By the VM the providerID names: a kubelet may register another form of it than the driver
-    // recorded on the machine (AWS: the zone where the machine has the region).
-    informers.machines.addIndexer(MACHINE_PROVIDER_ID_INDEX, (m) =>
-      m.spec?.providerID === undefined || m.spec.providerID === '' ? [] : [vmKey(m.spec.providerID)],
-    );
     const dirty = (): void => {
       this.groupCache = undefined;
     };

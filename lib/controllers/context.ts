@@ -27,6 +27,7 @@ import { ATTACHMENT_NODE_INDEX, ATTACHMENT_PV_INDEX, POD_NODE_INDEX, trimPod } f
 import { Informer, labelIndex } from '../kube/informer.js';
 import { CoreResources } from '../kube/resources.js';
 import { MachineAccounting } from './accounting.js';
+import { vmKey } from './machines.js';
 import type { Logger } from '../observability/logger.js';
 
 /** Machines by their `node` label (the name of their Node). */
@@ -37,6 +38,12 @@ export const MACHINE_CLASS_INDEX = 'machineClass';
 export const CLASS_SECRET_INDEX = 'classSecret';
 /** Nodes by their `node.gardener.cloud/machine-name` label. */
 export const NODE_MACHINE_INDEX = 'nodeMachine';
+/**
+ * Machines by the VM their providerID names (vmKey): a kubelet may register another form of it than
+ * the driver recorded on the machine (AWS: the zone where the machine has the region), and a
+ * cloud's notice names the VM alone.
+ */
+export const MACHINE_PROVIDER_ID_INDEX = 'machineProviderID';
 /** The informers shared by every controller of one manager (one cache per resource). */
 export class SharedInformers {
   readonly machines: Informer<Machine>;
@@ -113,6 +120,9 @@ export class SharedInformers {
       },
     });
     this.machines.addIndexer(MACHINE_NODE_INDEX, labelIndex(Label.Node));
+    this.machines.addIndexer(MACHINE_PROVIDER_ID_INDEX, (m) =>
+      m.spec?.providerID === undefined || m.spec.providerID === '' ? [] : [vmKey(m.spec.providerID)],
+    );
     this.machines.addIndexer(MACHINE_CLASS_INDEX, (m) =>
       m.spec?.class?.name === undefined ? [] : [m.spec.class.name],
     );

@@ -125,6 +125,19 @@ export function isReplacing(m: AnyMachine): boolean {
   return (m.metadata.annotations?.[ExtensionAnnotation.Replacing] ?? '') !== '' && !isTerminating(m);
 }
 
+/** The interruption deadline recorded on the machine (its VM is about to go), if any. */
+export function interruptionDeadlineOf(m: AnyMachine): number | undefined {
+  return parseTime(m.metadata.annotations?.[ExtensionAnnotation.InterruptionDeadline]);
+}
+
+/**
+ * Being replaced because its VM is about to go (replacing, with an interruption deadline): its
+ * set deletes it at once, beside creating its replacement, since the VM will not wait for it.
+ */
+export function isInterrupted(m: AnyMachine): boolean {
+  return isReplacing(m) && interruptionDeadlineOf(m) !== undefined;
+}
+
 export function markedForDeletionTime(m: AnyMachine): number | undefined {
   return parseTime(m.metadata.annotations?.[Annotation.MarkedForDeletionTime]);
 }

@@ -2,7 +2,7 @@
 // (pure; MCM's drain options: DaemonSet and mirror pods are skipped, pods without a controller and
 // pods with emptyDir are drained too).
 
-import { Label } from '../api/constants.js';
+import { ExtensionAnnotation, Label } from '../api/constants.js';
 import type { Machine } from '../api/types.js';
 import type { DeepReadonly } from '../kube/informer.js';
 import { selectorMatches } from '../kube/labels.js';
@@ -80,10 +80,34 @@ function parseBool(v: string | undefined): boolean {
   return v !== undefined && ['1', 't', 'T', 'true', 'TRUE', 'True'].includes(v);
 }
 
+/** The interruption deadline of the machine's VM (its annotation), if any. */
+export function interruptionDeadline(m: Machine | DeepReadonly<Machine>): number | undefined {
+  const raw = m.metadata.annotations?.[ExtensionAnnotation.InterruptionDeadline];
+  if (raw === undefined || raw === '') return undefined;
+  const t = Date.parse(raw);
+  return Number.isNaN(t) ? undefined : t;
+}
+
+/**
+ * When a drain started at `startedAt` is forced at the latest: at the end of the drain timeout, or
+ * at the machine's interruption deadline when that comes first.
+ */
+export function forceDeadline(
+  m: Machine | DeepReadonly<Machine>,
+  startedAt: number,
+  drainTimeoutMs: number,
+): number {
+  const deadline = interruptionDeadline(m);
+  return Math.min(startedAt + drainTimeoutMs, deadline ?? Number.POSITIVE_INFINITY);
+}
+
 /**
  * Why a machine's drain is forced (pods deleted without eviction), or undefined: the
- * `force-deletion` label; the drain timeout counted from the deletion request; or a node that has
- * not been Ready (or had a read-only filesystem) for five minutes, whose pods cannot leave anyway.
+ * `force-deletion` label; the drain timeout counted from the deletion request; the interruption
+ * deadline of its VM (the cloud takes the VM then, with whatever still runs there: pods deleted
+ * before are recreated elsewhere at once, instead of once the node is found gone); or a node that
+ * has not been Ready (or had a read-only filesystem) for five minutes, whose pods cannot leave
+ * anyway.
  */
 export function forceReason(
   m: Machine | DeepReadonly<Machine>,
@@ -94,6 +118,9 @@ export function forceReason(
     return `the machine has the ${Label.ForceDeletion} label`;
   const requested = Date.parse(m.metadata.deletionTimestamp ?? '');
   if (!Number.isNaN(requested) && now - requested >= drainTimeoutMs) return 'the drain timeout passed';
+  const deadline = interruptionDeadline(m);
+  if (deadline !== undefined && now >= deadline)
+    return `the interruption deadline of its VM (${new Date(deadline).toISOString()}) passed`;
   for (const c of m.status?.conditions ?? []) {
     const since = Date.parse(c.lastTransitionTime ?? '');
     if (Number.isNaN(since) || now - since < UNHEALTHY_FORCE_AFTER_MS) continue;

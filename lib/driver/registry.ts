@@ -9,6 +9,7 @@ import type { WriteFence } from '../kube/fence.js';
 import type { Logger } from '../observability/logger.js';
 import type { Driver } from './driver.js';
 import { fenceDriver } from './fence.js';
+import type { VmNoticeSink } from './notices.js';
 import { instrumentDriver } from './metrics.js';
 
 /** The manager's caches of the control namespace's machine objects, shared and read only. */
@@ -42,6 +43,11 @@ export interface ProviderContext {
    * registry guards every mutating driver call with it; providers that write elsewhere check it too.
    */
   fence?: WriteFence | undefined;
+  /**
+   * Where notices about VMs go (interruptions, stops the manager did not ask for): the manager
+   * records them on the machines. Undefined where nothing takes them (tests).
+   */
+  notices?: VmNoticeSink | undefined;
 }
 
 /** A VM as its provider's own inventory records it: enough to find its machine and delete it. */

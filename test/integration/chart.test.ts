@@ -46,6 +46,7 @@ const CHART_MANAGED_FLAGS = [
   'grpc-client-allowed-names',
   'grpc-insecure',
   'nodes',
+  'aws-interruption-queue',
 ];
 /** Chart-managed flags of the gRPC server (issue 9), which may not be in this build yet. */
 /** Flags the manager accepts but the chart pins (only 'leases' exists). */
@@ -197,6 +198,7 @@ describe('Helm chart charts/machine-controller-manager', function () {
         ['flags.namespace=other', /additional properties 'namespace' not allowed/i],
         ['flags.machine-drain-timeout=2 hours', /does not match pattern/i],
         ['targetCluster.mode=remote', /targetCluster.mode/i],
+        ['aws.interruptionQueue=mcm-interruptions', /does not match pattern/i],
         ['image.pullPolicy=Sometimes', /pullPolicy/i],
       ];
       for (const [set, message] of cases) {
@@ -210,6 +212,8 @@ describe('Helm chart charts/machine-controller-manager', function () {
         CHART_DIR,
         '--set',
         'flags.machine-drain-timeout=1h30m,flags.safety-up=3,flags.max-unhealthy-replacements=10%',
+        '--set',
+        'aws.interruptionQueue=https://sqs.eu-west-1.amazonaws.com/123456789012/mcm-interruptions',
       ]);
       expect(ok.code, ok.stderr).to.equal(0);
       const args = container(findDoc(parseManifests(ok.stdout), 'Deployment')).args;
@@ -217,6 +221,7 @@ describe('Helm chart charts/machine-controller-manager', function () {
         '--machine-drain-timeout=1h30m',
         '--safety-up=3',
         '--max-unhealthy-replacements=10%',
+        '--aws-interruption-queue=https://sqs.eu-west-1.amazonaws.com/123456789012/mcm-interruptions',
       ]);
     });
 

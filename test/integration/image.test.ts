@@ -204,6 +204,42 @@ describe('container image (Dockerfile)', function () {
       expect(r.stdout.trim()).to.equal('i-0abc');
     });
 
+    it('runs the interruption queue’s SQS client from the SDK bundle, at the endpoint of AWS_ENDPOINT_URL_SQS', async () => {
+      expect(
+        existsSync(path.join(app(), 'dist', 'lib', 'providers', 'aws', 'sdk-bundle', 'sqs-entry.js')),
+      ).to.equal(true);
+      const queue = path.join(app(), 'dist', 'lib', 'providers', 'aws', 'interruption', 'queue.js');
+      // A loopback server that answers ReceiveMessage as SQS does (JSON protocol), and one receive.
+      const script = [
+        "import { createHash } from 'node:crypto';",
+        "import http from 'node:http';",
+        'const body = \'{"detail-type":"EC2 Spot Instance Interruption Warning"}\';',
+        'const server = http.createServer((req, res) => {',
+        "  req.resume().on('end', () => {",
+        "    res.writeHead(200, { 'content-type': 'application/x-amz-json-1.0' });",
+        "    res.end(JSON.stringify({ Messages: [{ MessageId: 'm-1', ReceiptHandle: 'rh-1', Body: body,",
+        "      MD5OfBody: createHash('md5').update(body).digest('hex') }] }));",
+        '  });',
+        '});',
+        "await new Promise((r) => server.listen(0, '127.0.0.1', r));",
+        'process.env.AWS_ENDPOINT_URL_SQS = `http://127.0.0.1:${server.address().port}`;',
+        "process.env.AWS_ACCESS_KEY_ID = 'a';",
+        "process.env.AWS_SECRET_ACCESS_KEY = 'b';",
+        `const { sqsInterruptionQueue } = await import(${JSON.stringify(pathToFileURL(queue).href)});`,
+        "const q = sqsInterruptionQueue('https://sqs.eu-west-1.amazonaws.com/123456789012/q');",
+        'const got = await q.receive(new AbortController().signal);',
+        'console.log(got[0].receiptHandle);',
+        'q.close();',
+        'server.close();',
+      ].join('\n');
+      const r = await run(process.execPath, ['--input-type=module', '-e', script], {
+        cwd: app(),
+        env: { ...process.env, ...runtime.env, NODE_NO_WARNINGS: '1' },
+      });
+      expect(r.code, r.stderr).to.equal(0);
+      expect(r.stdout.trim()).to.equal('rh-1');
+    });
+
     it('leaves no npm, npx, corepack or yarn of the base image in the runtime stage, and node', () => {
       const left = PACKAGE_MANAGERS.filter((f) => existsSync(path.join(runtime.root, f)));
       expect(left, 'package managers left in the runtime stage').to.deep.equal([]);

@@ -73,6 +73,27 @@ describe('parseArgs (gardener MCM flag names and defaults)', () => {
     );
   });
 
+  it('reads the AWS interruption queue, its drain timeout and the rebalance opt-in (off by default)', () => {
+    const off = parseArgs([]);
+    if (off === 'help') throw new Error('help');
+    expect(off).to.deep.include({
+      awsInterruptionQueue: '',
+      awsInterruptionDrainTimeoutMs: 90_000,
+      awsRebalanceAsInterruption: false,
+    });
+    const c = parseArgs([
+      '--aws-interruption-queue=https://sqs.eu-west-1.amazonaws.com/123456789012/mcm-interruptions',
+      '--aws-interruption-drain-timeout=100s',
+      '--aws-rebalance-as-interruption',
+    ]);
+    if (c === 'help') throw new Error('help');
+    expect(c).to.deep.include({
+      awsInterruptionQueue: 'https://sqs.eu-west-1.amazonaws.com/123456789012/mcm-interruptions',
+      awsInterruptionDrainTimeoutMs: 100_000,
+      awsRebalanceAsInterruption: true,
+    });
+  });
+
   it('accepts and ignores the MCM flags that have no meaning here', () => {
     expect(() =>
       parseArgs(['--kube-api-content-type=application/vnd.kubernetes.protobuf', '--profiling']),
@@ -90,6 +111,9 @@ describe('parseArgs (gardener MCM flag names and defaults)', () => {
     [['--port=70000'], /--port must be 0..65535/],
     [['--namespace'], /needs a value/],
     [['--leader-elect-resource-lock=configmaps'], /only "leases"/],
+    [['--aws-interruption-queue=mcm-interruptions'], /--aws-interruption-queue: .*not a URL/],
+    [['--aws-interruption-drain-timeout=2m'], /less than 2m/],
+    [['--aws-interruption-drain-timeout=0s'], /more than 0/],
   ];
   for (const [args, msg] of errors) {
     it(`rejects ${args.join(' ')} with a clear message`, () => {

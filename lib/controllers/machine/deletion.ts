@@ -25,7 +25,7 @@ import {
 import { API_VERSION, MachineResource, type Machine } from '../../api/types.js';
 import { decodeMachineError, formatMachineError, type DecodedMachineError } from '../../driver/codes.js';
 import { describeBlockers, type Drainer } from '../../drain/drain.js';
-import { forceReason } from '../../drain/pods.js';
+import { forceDeadline, forceReason } from '../../drain/pods.js';
 import type { Driver, MachineRequest } from '../../driver/driver.js';
 import { formatGoDuration } from '../../api/duration.js';
 import { RetryPeriod, deleteRetryClass, deletionStatusRetryClass, retryDelay } from '../../driver/retry.js';
@@ -334,14 +334,18 @@ class DeletionPass {
       }
       return { next: DeletionStep.DeleteVM, record: true };
     }
-    const forceAt = startedAt + timeout;
+    const forceAt = forceDeadline(this.m, startedAt, timeout);
     d.drainMetrics.blocked(key, namespace, name, round.blockers, (forceAt - now) / 1000);
     const what = describeBlockers(round.blockers);
     let description: string;
     if (force !== undefined) {
       description = `Forced drain of node ${this.nodeName} (${force}) is finishing: ${what}. ${OperationDescriptionMarker.InitiateDrain}`;
     } else {
-      description = `Drain of node ${this.nodeName} waits: ${what}. Pods still there at ${rfc3339(forceAt)} (drain timeout ${formatGoDuration(timeout)}) are deleted without eviction. ${OperationDescriptionMarker.InitiateDrain}`;
+      const limit =
+        forceAt < startedAt + timeout
+          ? 'the interruption deadline of its VM'
+          : `drain timeout ${formatGoDuration(timeout)}`;
+      description = `Drain of node ${this.nodeName} waits: ${what}. Pods still there at ${rfc3339(forceAt)} (${limit}) are deleted without eviction. ${OperationDescriptionMarker.InitiateDrain}`;
       if (round.blockers.some((b) => b.reason === 'pdb' || b.reason === 'error')) {
         d.recorder.event(
           this.m,

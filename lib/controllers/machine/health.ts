@@ -21,7 +21,7 @@ import type { LastOperation, Machine } from '../../api/types.js';
 import type { DeepReadonly } from '../../kube/informer.js';
 import type { Node, NodeCondition } from '../../kube/types.js';
 import { rfc3339 } from '../conditions.js';
-import { phaseOf } from '../machines.js';
+import { interruptionDeadlineOf, phaseOf } from '../machines.js';
 import {
   creationTimeoutOf,
   healthTimeoutOf,
@@ -220,7 +220,10 @@ export function planHealth(
       // A node whose in-place update failed may well be Ready, but it does not run what it should:
       // its machine stays Failed (to be replaced) while the node says so.
       const updateFailed = node?.metadata.labels?.[Label.UpdateResult] === LabelValue.UpdateFailed;
-      if (healthy && !(phase === MachinePhase.Failed && updateFailed)) {
+      // Nor does one whose VM the cloud reported stopped or going (an interruption deadline): its
+      // node may read Ready for a while after, until the node lifecycle notices.
+      const vmGoing = interruptionDeadlineOf(m) !== undefined;
+      if (healthy && !(phase === MachinePhase.Failed && (updateFailed || vmGoing))) {
         decision.transition = rejoined(name, now);
         return decision;
       }

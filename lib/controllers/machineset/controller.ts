@@ -435,11 +435,10 @@ export class MachineSetController {
     log: Logger,
   ): Promise<ReplicaFailure | undefined> {
     const key = objectKey(ms);
+    let failure: ReplicaFailure | undefined;
     if (plan.scaleUpBlocked !== undefined) {
       log.verbose('not creating machines', { reason: plan.scaleUpBlocked });
-      return undefined;
-    }
-    if (plan.create > 0) {
+    } else if (plan.create > 0) {
       log.info('creating machines', { count: plan.create, replicas: replicasOf(ms) });
       this.expectations.expectCreations(key, plan.create);
       const result = await slowStartBatch(plan.create, async () => {
@@ -457,23 +456,25 @@ export class MachineSetController {
       if (result.error !== undefined) {
         const message = errorMessage(result.error);
         this.recorder.event(ms, 'Warning', EventReason.FailedCreate, `Error creating: ${message}`);
-        return { reason: ReplicaFailureReason.FailedCreate, message, error: result.error };
+        failure = { reason: ReplicaFailureReason.FailedCreate, message, error: result.error };
       }
-      return undefined;
     }
+    // A plan deletes beside creating only machines whose VM is about to go (planReplicas): they
+    // go even when their replacement cannot be created.
     if (plan.delete.length > 0) {
       log.info('deleting machines', {
         count: plan.delete.length,
         replicas: replicasOf(ms),
         machines: plan.delete.map((d) => `${d.machine.metadata.name ?? ''} (${d.reason})`),
       });
-      return this.terminate(
+      const deleteFailure = await this.terminate(
         ms,
         plan.delete.map((d) => d.machine),
         log,
       );
+      failure ??= deleteFailure;
     }
-    return undefined;
+    return failure;
   }
 
   /** Deletes machines (in parallel) and marks them Terminating. */

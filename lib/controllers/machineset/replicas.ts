@@ -6,6 +6,7 @@ import type { MachineCounts } from '../accounting.js';
 import {
   isAvailable,
   isFailed,
+  isInterrupted,
   isReplacing,
   isTerminating,
   markedForDeletionTime,
@@ -15,7 +16,7 @@ import {
   type AnyMachine,
 } from '../machines.js';
 
-export type DeletionReason = 'scale-down' | 'marked-by-autoscaler' | 'failed' | 'replaced';
+export type DeletionReason = 'scale-down' | 'marked-by-autoscaler' | 'failed' | 'replaced' | 'interrupted';
 
 export interface ReplicaPlan<M extends AnyMachine> {
   /** Machines to create. */
@@ -45,6 +46,10 @@ export interface ReplicaPlan<M extends AnyMachine> {
  *   in the place of each (surge first); each is deleted once the set holds its replicas without
  *   it and deleting it keeps at least replicas machines available (one that is not available
  *   costs nothing). They go first in the scale-down order too.
+ * - interrupted machines (isInterrupted: their VM is about to go) are deleted at once, in the same
+ *   pass that creates their replacement, even while creation is blocked: the cloud takes the VM
+ *   at its deadline whether the replacement is available or not, and its node's drain must start
+ *   now to end before then.
  */
 export function planReplicas<M extends AnyMachine>(
   ms: MachineSet | DeepReadonly<MachineSet>,
@@ -67,13 +72,23 @@ export function planReplicas<M extends AnyMachine>(
 
   const replacing = active.filter(isReplacing);
   const diff = active.length - replacing.length - replicas;
-  if (diff < 0) return planCreations(ms, -diff, burst);
+  const interrupted = replacing.filter(isInterrupted);
+  if (diff < 0) {
+    const creations = planCreations(ms, -diff, burst);
+    for (const m of interrupted) take(m, 'interrupted');
+    return { ...creations, delete: plan.delete };
+  }
 
+  let available = active.filter(isAvailable).length;
+  for (const m of interrupted) {
+    take(m, 'interrupted');
+    if (chosen.has(m) && isAvailable(m)) available--;
+  }
   // Replaced machines whose replacement is there: not available ones at once, then while the
   // available machines stay at least the replicas.
-  let available = active.filter(isAvailable).length;
   const byAvailability = [...replacing].sort((a, b) => Number(isAvailable(a)) - Number(isAvailable(b)));
   for (const m of byAvailability) {
+    if (chosen.has(m)) continue;
     if (!isAvailable(m)) take(m, 'replaced');
     else if (available - 1 >= replicas) {
       take(m, 'replaced');

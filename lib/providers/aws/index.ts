@@ -3,6 +3,10 @@ import type { ProviderFactory } from '../../driver/registry.js';
 import { AwsDriver } from './driver.js';
 import { sdkEc2Api, type Ec2ApiFactory } from './client.js';
 import { AwsPricing, type AwsPricingOptions } from './prices/pricing.js';
+import { InterruptionMetrics, InterruptionPoller, type PollerHooks } from './interruption/poller.js';
+import type { InterruptionSettings } from './interruption/notices.js';
+import { sqsInterruptionQueue, type InterruptionQueue } from './interruption/queue.js';
+import type { WriteFence } from '../../kube/fence.js';
 
 export { AWS_PROVIDER, AWS_PROVIDER_ID_PREFIX } from './driver.js';
 
@@ -31,17 +35,39 @@ function observedDriver(driver: AwsDriver, pricing: AwsPricing): Driver {
   };
 }
 
+/** The interruption queue of the AWS provider (--aws-interruption-queue and its settings). */
+export interface AwsInterruptionOptions {
+  /** The SQS queue URL. */
+  queueUrl: string;
+  settings: InterruptionSettings;
+  /** Makes the queue (default: the SQS client). */
+  queue?: (url: string, fence: WriteFence | undefined) => InterruptionQueue;
+  /** Test seams of the reader. */
+  hooks?: PollerHooks;
+}
+
+export interface AwsProviderOptions {
+  ec2?: Ec2ApiFactory;
+  spot?: AwsPricingOptions['spot'];
+  /** Reads interruption notices from an SQS queue (leader only) when given. */
+  interruption?: AwsInterruptionOptions | undefined;
+}
+
 /**
  * The AWS EC2 provider (`MachineClass.provider: AWS`, gardener's value): gardener's AWS
  * providerSpec and Secret keys, on @aws-sdk/client-ec2. The endpoint comes from the SDK's
  * standard AWS_ENDPOINT_URL_EC2 / AWS_ENDPOINT_URL variables. Node prices for the autoscaler's
  * price expander: on-demand list prices, and spot prices refreshed in the background (prices/).
+ * With an interruption queue, its notices (Spot interruptions, rebalance recommendations, state
+ * changes, scheduled changes) go to the manager's sink while the provider runs (interruption/).
  */
-export function awsProvider(
-  opts: { ec2?: Ec2ApiFactory; spot?: AwsPricingOptions['spot'] } = {},
-): ProviderFactory {
+export function awsProvider(opts: AwsProviderOptions = {}): ProviderFactory {
   return (ctx) => {
     const logger = ctx.logger.child({ provider: 'AWS' });
+    // Registered whether a queue is read or not: the metrics page lists them, dashboards find 0.
+    const interruptionMetrics = InterruptionMetrics.of(ctx.registry);
+    let poller: InterruptionPoller | undefined;
+    let queue: InterruptionQueue | undefined;
     const ec2 = opts.ec2 ?? sdkEc2Api;
     const pricing = new AwsPricing({
       ec2,
@@ -63,9 +89,34 @@ export function awsProvider(
       nodePrice: (req) => pricing.nodePrice(req),
       start: () => {
         pricing.start();
+        const interruption = opts.interruption;
+        if (interruption === undefined || poller !== undefined) return;
+        if (ctx.notices === undefined) {
+          logger.warn('an interruption queue is configured, but nothing takes its notices: not reading it', {
+            queue: interruption.queueUrl,
+          });
+          return;
+        }
+        queue = (interruption.queue ?? ((url, fence) => sqsInterruptionQueue(url, { fence })))(
+          interruption.queueUrl,
+          ctx.fence,
+        );
+        poller = new InterruptionPoller({
+          queue,
+          sink: ctx.notices,
+          settings: interruption.settings,
+          clock: ctx.clock,
+          logger,
+          metrics: interruptionMetrics,
+          hooks: interruption.hooks,
+        });
+        poller.start();
       },
       stop: async () => {
-        await pricing.stop();
+        await Promise.all([pricing.stop(), poller?.stop()]);
+        poller = undefined;
+        queue?.close();
+        queue = undefined;
         driver.close();
       },
     };

@@ -170,6 +170,53 @@ describe('planReplicas', () => {
     expect(sortForDeletion([b, a], NOW).map((m) => m.metadata.name)).to.deep.equal(['a', 'b']);
   });
 
+  it('an interrupted machine (replacing, with an interruption deadline) goes in the pass that creates its replacement, without waiting for it', () => {
+    const interrupted = {
+      'machine.mcm-ts.io/replacing': 'interrupted',
+      'machine.mcm-ts.io/interruption-deadline': '2026-11-21T10:01:30Z',
+    };
+    const a = machine('a', { owner: ms, annotations: interrupted });
+    const b = machine('b', { owner: ms });
+    expect(planReplicas(ms, [a, b], NOW, 100)).to.deep.include({
+      create: 1,
+      delete: [{ machine: a, reason: 'interrupted' }],
+    });
+    // Its replacement exists but is not available: it goes all the same.
+    const c = machine('c', { owner: ms, phase: 'Pending' });
+    expect(planReplicas(ms, [a, b, c], NOW, 100)).to.deep.include({
+      create: 0,
+      delete: [{ machine: a, reason: 'interrupted' }],
+    });
+    // Replacing without a deadline (expiry, a rebalance recommendation) still waits.
+    const expired = machine('a', { owner: ms, annotations: { 'machine.mcm-ts.io/replacing': 'expired' } });
+    expect(planReplicas(ms, [expired, b, c], NOW, 100).delete).to.deep.equal([]);
+  });
+
+  it('an interrupted machine goes while the set is frozen or scale-up-disabled: its VM does not wait', () => {
+    const interrupted = {
+      'machine.mcm-ts.io/replacing': 'interrupted',
+      'machine.mcm-ts.io/interruption-deadline': '2026-11-21T10:01:30Z',
+    };
+    const frozen = machineSet('f', 2, { labels: { freeze: 'True' } });
+    const a = machine('a', { owner: frozen, annotations: interrupted });
+    const b = machine('b', { owner: frozen });
+    expect(planReplicas(frozen, [a, b], NOW, 100)).to.deep.include({
+      create: 0,
+      scaleUpBlocked: 'frozen',
+      delete: [{ machine: a, reason: 'interrupted' }],
+    });
+    // A deadline alone (a Failed machine whose VM stopped) is not a replacement: the usual rules.
+    const failedOnly = machine('a', {
+      owner: ms,
+      phase: 'Failed',
+      annotations: { 'machine.mcm-ts.io/interruption-deadline': '2026-11-21T10:00:00Z' },
+    });
+    expect(planReplicas(ms, [failedOnly, b], NOW, 100)).to.deep.include({
+      create: 0,
+      delete: [{ machine: failedOnly, reason: 'failed' }],
+    });
+  });
+
   it('does not create while frozen or scale-up-disabled', () => {
     expect(planReplicas(machineSet('f', 3, { labels: { freeze: 'True' } }), [], NOW, 100)).to.deep.include({
       create: 0,
@@ -666,6 +713,48 @@ describe('MachineSetController.reconcile', () => {
     const cond = env.api.peek<MachineSet>(MachineSetResource, 'ms', NS)?.status?.machineSetCondition?.[0];
     expect(cond).to.deep.include({ type: 'ReplicaFailure', status: 'True', reason: 'FailedCreate' });
     expect(controller.expectations.satisfied(`${NS}/ms`)).to.equal(true);
+  });
+
+  const INTERRUPTED = {
+    'machine.mcm-ts.io/replacing': 'interrupted',
+    'machine.mcm-ts.io/interruption-deadline': '2026-11-21T10:01:30Z',
+  };
+
+  it('creates the replacement of an interrupted machine and deletes the machine in one pass', async () => {
+    const ms = machineSet('ms', 2);
+    await setup(ms, machine('a', { owner: ms, annotations: INTERRUPTED }), machine('b', { owner: ms }));
+    await controller.reconcile(`${NS}/ms`, ctxFor);
+    const verbs = env.api
+      .writes()
+      .filter((w) => w.resource.startsWith('machines.') && (w.verb === 'create' || w.verb === 'delete'))
+      .map((w) => w.verb);
+    expect(verbs, 'the replacement first, then the deletion').to.deep.equal(['create', 'delete']);
+    expect(deletedMachines()).to.deep.equal(['a']);
+  });
+
+  it('deletes an interrupted machine while frozen (no replacement), and when its replacement cannot be created', async () => {
+    const frozen = machineSet('ms', 2, { labels: { freeze: 'True' } });
+    await setup(
+      frozen,
+      machine('a', { owner: frozen, annotations: INTERRUPTED }),
+      machine('b', { owner: frozen }),
+    );
+    await controller.reconcile(`${NS}/ms`, ctxFor);
+    expect(env.api.writes().filter((w) => w.verb === 'create')).to.have.length(0);
+    expect(deletedMachines()).to.deep.equal(['a']);
+
+    await env.stop();
+    env = new ControllerTestEnv();
+    const ms = machineSet('ms', 2);
+    await setup(ms, machine('a', { owner: ms, annotations: INTERRUPTED }), machine('b', { owner: ms }));
+    env.api.react((a) =>
+      a.verb === 'create' && a.resource.startsWith('machines')
+        ? new InvalidError('quota exceeded', 422, 'Invalid')
+        : undefined,
+    );
+    const error = await failureOf(controller.reconcile(`${NS}/ms`, ctxFor));
+    expect(error, 'the failed creation is reported').to.be.instanceOf(Error);
+    expect(deletedMachines()).to.deep.equal(['a']);
   });
 
   it('does not create machines while frozen', async () => {

@@ -3,7 +3,13 @@ import { expect } from 'chai';
 import type { Machine } from '../../../lib/api/types.js';
 import { trimPod } from '../../../lib/drain/caches.js';
 import { Drainer, describeBlockers } from '../../../lib/drain/drain.js';
-import { forceReason, isMisconfiguredPdb, matchingPdbs, podsToDrain } from '../../../lib/drain/pods.js';
+import {
+  forceDeadline,
+  forceReason,
+  isMisconfiguredPdb,
+  matchingPdbs,
+  podsToDrain,
+} from '../../../lib/drain/pods.js';
 import { FakeClock } from '../../../lib/kube/clock.js';
 import { TooManyRequestsError } from '../../../lib/kube/errors.js';
 import { Informer } from '../../../lib/kube/informer.js';
@@ -127,6 +133,24 @@ describe('drain rules', () => {
     expect(forceReason(notReady, T0, 3_600_000)).to.contain('not been Ready');
     const briefly = m({}, [{ type: 'Ready', status: 'False', lastTransitionTime: iso(T0 - 60_000) }]);
     expect(forceReason(briefly, T0, 3_600_000)).to.equal(undefined);
+  });
+
+  it('forces at the interruption deadline of the VM when it comes before the drain timeout, and says so', () => {
+    const m = (deadline: string): Machine => ({
+      metadata: {
+        name: 'm',
+        deletionTimestamp: iso(T0),
+        annotations: { 'machine.mcm-ts.io/interruption-deadline': deadline },
+      },
+    });
+    const interrupted = m(iso(T0 + 90_000));
+    expect(forceReason(interrupted, T0 + 89_000, 3_600_000)).to.equal(undefined);
+    expect(forceReason(interrupted, T0 + 90_000, 3_600_000)).to.contain('interruption deadline');
+    expect(forceDeadline(interrupted, T0, 3_600_000)).to.equal(T0 + 90_000);
+    // A deadline after the drain timeout changes nothing; an unreadable one is none.
+    expect(forceDeadline(m(iso(T0 + 7_200_000)), T0, 3_600_000)).to.equal(T0 + 3_600_000);
+    expect(forceDeadline(m('soon'), T0, 3_600_000)).to.equal(T0 + 3_600_000);
+    expect(forceReason(m('soon'), T0 + 90_000, 3_600_000)).to.equal(undefined);
   });
 
   it('keeps only what the drain reads of a pod in the cache', () => {

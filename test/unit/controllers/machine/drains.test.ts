@@ -6,7 +6,14 @@ import { CoreResources } from '../../../../lib/kube/resources.js';
 import type { Pod, PodDisruptionBudget } from '../../../../lib/kube/types.js';
 import { eventually } from '../../helpers/eventually.js';
 import type { ControllerTestEnv } from '../env.js';
-import { machineControllerEnv as setup, machineWithVm as machine, rctx, vmNode } from './harness.js';
+import { DriverOperation } from '../../../../lib/driver/driver.js';
+import {
+  driverCalls,
+  machineControllerEnv as setup,
+  machineWithVm as machine,
+  rctx,
+  vmNode,
+} from './harness.js';
 
 /** A pod with a volume on the node: the drain keeps in-memory state for it (one at a time). */
 function podWithVolume(nodeName: string): Pod {
@@ -149,6 +156,52 @@ describe('MachineController: a drain leaves nothing behind however it ends (in-m
       expect(env.api.all(MachineResource), 'the machine stays').to.have.length(1);
       expect(await drainSeries(env, 'm1')).to.deep.equal([]);
       expect(mc.deps.drainer?.holds('inplace:default/m1')).to.equal(false);
+    } finally {
+      await env.stop();
+    }
+  });
+});
+
+describe('MachineController: the drain of an interrupted machine (in-memory API)', () => {
+  it('respects a PodDisruptionBudget until the interruption deadline of the VM, then deletes the pods without eviction and goes on to the VM', async () => {
+    const m1 = machine('m1', { deleting: true });
+    const { env, mc } = await setup([m1]);
+    try {
+      const deadline = env.clock.now() + 90_000;
+      await env.api.patch(
+        MachineResource,
+        'm1',
+        {
+          metadata: {
+            annotations: { 'machine.mcm-ts.io/interruption-deadline': new Date(deadline).toISOString() },
+          },
+        },
+        { type: 'merge', namespace: 'default' },
+      );
+      await seedNodeAndPod(env, 'm1');
+      refuseEvictions(env);
+      const blocked = await mc.reconcile('default/m1', rctx);
+      expect(blocked.requeueAfter, 'the drain waits for the budget, not past the deadline').to.be.at.most(
+        90_000,
+      );
+      const waiting = env.api.peek<Machine>(MachineResource, 'm1', 'default');
+
+      expect(waiting?.status?.lastOperation?.description).to.contain('the interruption deadline of its VM');
+      expect(
+        env.target.peek(CoreResources.pods, 'db', 'default'),
+        'the pod stays while the budget refuses',
+      ).to.not.equal(undefined);
+      expect(env.recorder.reasons()).to.not.include('DrainForced');
+
+      await env.clock.advance(90_000);
+      await mc.reconcile('default/m1', rctx);
+      const forced = env.recorder.events.find((e) => e.reason === 'DrainForced');
+      expect(forced?.message).to.contain('interruption deadline');
+      expect(
+        env.target.peek(CoreResources.pods, 'db', 'default'),
+        'the pod deleted without eviction',
+      ).to.equal(undefined);
+      expect(await driverCalls(env, DriverOperation.DeleteMachine), 'the VM deleted').to.equal(1);
     } finally {
       await env.stop();
     }

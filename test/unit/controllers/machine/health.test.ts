@@ -148,6 +148,17 @@ describe('machine health planning', () => {
     expect(d.transition?.reason).to.equal('rejoined');
   });
 
+  it('keeps Failed a machine whose VM the cloud reported stopped (an interruption deadline), though its node still reads Ready', () => {
+    const stopped = machine('Failed', {
+      annotations: { 'machine.mcm-ts.io/interruption-deadline': iso(T0 - 5_000) },
+    });
+    expect(planHealth(stopped, node([ready]), settings, T0).transition).to.equal(undefined);
+    // Without the notice, a Failed machine whose node recovers rejoins (MCM).
+    expect(planHealth(machine('Failed'), node([ready]), settings, T0).transition?.reason).to.equal(
+      'rejoined',
+    );
+  });
+
   it('fails an Unknown machine after the health timeout, within the replacement budget', () => {
     const before = planHealth(machine('Unknown'), node([notReady]), settings, T0 + 60_000);
     expect(before.transition).to.equal(undefined);

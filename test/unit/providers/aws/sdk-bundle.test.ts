@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import path from 'node:path';
 import { Readable } from 'node:stream';
 import { pathToFileURL } from 'node:url';
@@ -5,6 +6,7 @@ import { pathToFileURL } from 'node:url';
 import { expect } from 'chai';
 
 import type { Ec2Sdk } from '../../../../lib/providers/aws/client.js';
+import type { SqsSdk } from '../../../../lib/providers/aws/interruption/queue.js';
 import { repoRoot } from '../../../harness/tools.js';
 
 /** What the tests read of the request the SDK hands its HTTP handler. */
@@ -244,4 +246,124 @@ describe('aws sdk bundle: the EC2 commands the provider sends, bundled with the 
       }
     });
   }
+});
+
+/** The bundle of lib/providers/aws/sqs-entry.ts (the interruption queue's client), as queue.ts loads it. */
+const sqsBundleUrl = pathToFileURL(
+  path.join(repoRoot, 'dist', 'lib', 'providers', 'aws', 'sdk-bundle', 'sqs-entry.js'),
+).href;
+
+/** A request body as text (the JSON protocol's body is bytes). */
+const bodyText = (b: unknown): string =>
+  b instanceof Uint8Array ? Buffer.from(b.buffer, b.byteOffset, b.byteLength).toString('utf8') : String(b);
+
+/** A request handler answering SQS's JSON protocol with `answer` (as JSON). */
+function fakeSqs(answer: object): { handler: object; requests: SentRequest[] } {
+  const requests: SentRequest[] = [];
+  const handler = {
+    handle: (request: SentRequest) => {
+      requests.push(request);
+      return Promise.resolve({
+        response: {
+          statusCode: 200,
+          headers: { 'content-type': 'application/x-amz-json-1.0' },
+          body: Readable.from([Buffer.from(JSON.stringify(answer))]),
+        },
+      });
+    },
+    updateHttpClientConfig: () => undefined,
+    httpHandlerConfigs: () => ({}),
+  };
+  return { handler, requests };
+}
+
+describe('aws sdk bundle: the SQS commands the interruption queue sends', () => {
+  let sdk: SqsSdk;
+  const queueUrl = 'https://sqs.eu-west-1.amazonaws.com/123456789012/mcm-interruptions';
+  before(async () => {
+    sdk = (await import(sqsBundleUrl)) as SqsSdk;
+  });
+
+  it('exports the client and exactly ReceiveMessage and DeleteMessage', () => {
+    expect(typeof sdk.SQSClient).to.equal('function');
+    const commands = Object.keys(sdk).filter((k) => k.endsWith('Command'));
+    expect(commands.sort()).to.deep.equal(['DeleteMessageCommand', 'ReceiveMessageCommand']);
+  });
+
+  it('ReceiveMessage: a JSON request to the queue URL’s host with the long poll’s parameters; the body checked against its MD5', async () => {
+    const body = '{"detail-type":"EC2 Spot Instance Interruption Warning"}';
+    const md5 = createHash('md5').update(body).digest('hex');
+    const { handler, requests } = fakeSqs({
+      Messages: [{ MessageId: 'm-1', ReceiptHandle: 'rh-1', MD5OfBody: md5, Body: body }],
+    });
+    const client = new sdk.SQSClient({
+      region: 'eu-west-1',
+      credentials: { accessKeyId: 'AKID', secretAccessKey: 'SECRET' },
+      requestHandler: handler,
+    });
+    try {
+      const out = await client.send(
+        new sdk.ReceiveMessageCommand({
+          QueueUrl: queueUrl,
+          MaxNumberOfMessages: 10,
+          WaitTimeSeconds: 20,
+          VisibilityTimeout: 20,
+        }),
+      );
+      expect(out.Messages?.[0]).to.deep.include({ MessageId: 'm-1', ReceiptHandle: 'rh-1', Body: body });
+      const request = requests[0];
+      expect(request?.hostname).to.equal('sqs.eu-west-1.amazonaws.com');
+      expect(request?.headers['x-amz-target']).to.equal('AmazonSQS.ReceiveMessage');
+      expect(request?.headers.authorization ?? '').to.match(
+        /^AWS4-HMAC-SHA256 Credential=AKID\/\d+\/eu-west-1\/sqs\//,
+      );
+      expect(JSON.parse(bodyText(request?.body))).to.deep.equal({
+        QueueUrl: queueUrl,
+        MaxNumberOfMessages: 10,
+        WaitTimeSeconds: 20,
+        VisibilityTimeout: 20,
+      });
+    } finally {
+      client.destroy();
+    }
+  });
+
+  it('ReceiveMessage: a body that does not match its MD5 fails', async () => {
+    const { handler } = fakeSqs({
+      Messages: [{ MessageId: 'm-1', ReceiptHandle: 'rh-1', MD5OfBody: '0'.repeat(32), Body: 'x' }],
+    });
+    const client = new sdk.SQSClient({
+      region: 'eu-west-1',
+      credentials: { accessKeyId: 'AKID', secretAccessKey: 'SECRET' },
+      requestHandler: handler,
+    });
+    try {
+      const err = await client.send(new sdk.ReceiveMessageCommand({ QueueUrl: queueUrl })).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(String(err)).to.match(/md5|checksum/i);
+    } finally {
+      client.destroy();
+    }
+  });
+
+  it('DeleteMessage: the queue and the receipt handle', async () => {
+    const { handler, requests } = fakeSqs({});
+    const client = new sdk.SQSClient({
+      region: 'eu-west-1',
+      credentials: { accessKeyId: 'AKID', secretAccessKey: 'SECRET' },
+      requestHandler: handler,
+    });
+    try {
+      await client.send(new sdk.DeleteMessageCommand({ QueueUrl: queueUrl, ReceiptHandle: 'rh-1' }));
+      expect(requests[0]?.headers['x-amz-target']).to.equal('AmazonSQS.DeleteMessage');
+      expect(JSON.parse(bodyText(requests[0]?.body))).to.deep.equal({
+        QueueUrl: queueUrl,
+        ReceiptHandle: 'rh-1',
+      });
+    } finally {
+      client.destroy();
+    }
+  });
 });

@@ -1,0 +1,227 @@
+import { expect } from 'chai';
+
+import type { Machine } from '../../../../lib/api/types.js';
+import { planNotice, type NoticePlan } from '../../../../lib/controllers/notices/plan.js';
+import { VmNoticeKind, type VmNotice } from '../../../../lib/driver/notices.js';
+import type { Node } from '../../../../lib/kube/types.js';
+import { machine, machineSet } from '../builders.js';
+
+const NOW = Date.UTC(2026, 10, 21, 10, 0, 0);
+const iso = (ms: number): string => new Date(ms).toISOString();
+const REPLACING = 'machine.mcm-ts.io/replacing';
+const DEADLINE = 'machine.mcm-ts.io/interruption-deadline';
+const ms = machineSet('ms', 3);
+
+const spot = (deadline = NOW + 90_000): VmNotice => ({
+  kind: VmNoticeKind.Interruption,
+  providerID: 'aws:///eu-west-1/i-0123456789abcdef0',
+  reason: 'SpotInterruption',
+  message: 'EC2 Spot interruption warning for instance i-0123456789abcdef0',
+  sentAt: NOW,
+  deadline,
+});
+const rebalance = (replace = false): VmNotice => ({
+  kind: VmNoticeKind.Rebalance,
+  providerID: 'aws:///eu-west-1/i-0123456789abcdef0',
+  reason: 'RebalanceRecommendation',
+  message: 'EC2 rebalance recommendation',
+  sentAt: NOW,
+  replace,
+});
+const stopped: VmNotice = {
+  kind: VmNoticeKind.Stopped,
+  providerID: 'aws:///eu-west-1/i-0123456789abcdef0',
+  reason: 'InstanceStopped',
+  message: 'EC2 reports instance i-0123456789abcdef0 stopped',
+  sentAt: NOW - 2_000,
+};
+
+const node = (conditions: NonNullable<Node['status']>['conditions'] = []): Node => ({
+  metadata: { name: 'n1' },
+  status: { conditions },
+});
+
+interface Case {
+  name: string;
+  m: Machine;
+  notice: VmNotice;
+  node?: Node;
+  want: Partial<Record<keyof Extract<NoticePlan, { outcome: 'acted' }>, unknown>> & { outcome: string };
+}
+
+const cases: Case[] = [
+  {
+    name: 'interruption of a machine of a set: replacing and the deadline, nothing else',
+    m: machine('a', { owner: ms }),
+    notice: spot(),
+    want: {
+      outcome: 'acted',
+      annotations: { [REPLACING]: 'interrupted', [DEADLINE]: iso(NOW + 90_000) },
+      deleteMachine: undefined,
+      fail: undefined,
+    },
+  },
+  {
+    name: 'the same interruption again: a duplicate',
+    m: machine('a', {
+      owner: ms,
+      annotations: { [REPLACING]: 'interrupted', [DEADLINE]: iso(NOW + 90_000) },
+    }),
+    notice: spot(),
+    want: { outcome: 'duplicate' },
+  },
+  {
+    name: 'a later deadline never extends the recorded one: a duplicate',
+    m: machine('a', {
+      owner: ms,
+      annotations: { [REPLACING]: 'interrupted', [DEADLINE]: iso(NOW + 60_000) },
+    }),
+    notice: spot(NOW + 90_000),
+    want: { outcome: 'duplicate' },
+  },
+  {
+    name: 'an earlier deadline (a scheduled change, then the spot warning) moves it forward',
+    m: machine('a', {
+      owner: ms,
+      annotations: { [REPLACING]: 'interrupted', [DEADLINE]: iso(NOW + 3_600_000) },
+    }),
+    notice: spot(),
+    want: { outcome: 'acted', annotations: { [DEADLINE]: iso(NOW + 90_000) } },
+  },
+  {
+    name: 'a machine replaced by expiry (no deadline) becomes urgent, its replacing value kept',
+    m: machine('a', { owner: ms, annotations: { [REPLACING]: 'expired' } }),
+    notice: spot(),
+    want: { outcome: 'acted', annotations: { [DEADLINE]: iso(NOW + 90_000) } },
+  },
+  {
+    name: 'a machine being deleted (scale-down) gets the deadline, which bounds its drain',
+    m: machine('a', { owner: ms, deleting: true }),
+    notice: spot(),
+    want: { outcome: 'acted', annotations: { [DEADLINE]: iso(NOW + 90_000) } },
+  },
+  {
+    name: 'a machine being deleted with that deadline already: a duplicate',
+    m: machine('a', { owner: ms, deleting: true, annotations: { [DEADLINE]: iso(NOW + 90_000) } }),
+    notice: spot(),
+    want: { outcome: 'duplicate' },
+  },
+  {
+    name: 'a machine no set owns: recorded and deleted (nothing would replace it)',
+    m: machine('a'),
+    notice: spot(),
+    want: {
+      outcome: 'acted',
+      annotations: { [REPLACING]: 'interrupted', [DEADLINE]: iso(NOW + 90_000) },
+      deleteMachine: true,
+    },
+  },
+  {
+    name: 'a machine no set owns, recorded but not yet deleted (a restart between the writes): deleted',
+    m: machine('a', { annotations: { [REPLACING]: 'interrupted', [DEADLINE]: iso(NOW + 90_000) } }),
+    notice: spot(),
+    want: { outcome: 'acted', annotations: undefined, deleteMachine: true },
+  },
+  {
+    name: 'rebalance: the node condition and an event',
+    m: machine('a', { owner: ms }),
+    notice: rebalance(),
+    node: node([{ type: 'Ready', status: 'True' }]),
+    want: { outcome: 'acted', annotations: undefined },
+  },
+  {
+    name: 'rebalance again: the node has the condition, a duplicate',
+    m: machine('a', { owner: ms }),
+    notice: rebalance(),
+    node: node([{ type: 'RebalanceRecommended', status: 'True' }]),
+    want: { outcome: 'duplicate' },
+  },
+  {
+    name: 'rebalance without a node: the event alone',
+    m: machine('a', { owner: ms }),
+    notice: rebalance(),
+    want: { outcome: 'acted', nodeCondition: undefined, annotations: undefined },
+  },
+  {
+    name: 'rebalance opted in: replaced surge first (no deadline)',
+    m: machine('a', { owner: ms }),
+    notice: rebalance(true),
+    want: {
+      outcome: 'acted',
+      annotations: { [REPLACING]: 'rebalance-recommended' },
+      nodeCondition: undefined,
+    },
+  },
+  {
+    name: 'rebalance opted in, a machine no set owns: reported only, not deleted',
+    m: machine('a'),
+    notice: rebalance(true),
+    node: node(),
+    want: { outcome: 'acted', annotations: undefined, deleteMachine: undefined },
+  },
+  {
+    name: 'stopped, not by the manager: Failed at once, its drain forced from the event’s time',
+    m: machine('a', { owner: ms }),
+    notice: stopped,
+    want: { outcome: 'acted', annotations: { [DEADLINE]: iso(NOW - 2_000) } },
+  },
+  {
+    name: 'stopped while being deleted: the manager’s own doing, ignored',
+    m: machine('a', { owner: ms, deleting: true }),
+    notice: stopped,
+    want: { outcome: 'ignored' },
+  },
+  {
+    name: 'stopped again: Failed with the deadline already, a duplicate',
+    m: machine('a', { owner: ms, phase: 'Failed', annotations: { [DEADLINE]: iso(NOW - 2_000) } }),
+    notice: stopped,
+    want: { outcome: 'duplicate' },
+  },
+  {
+    name: 'stopped, the annotation written but not the phase (a restart between the writes): Failed',
+    m: machine('a', { owner: ms, annotations: { [DEADLINE]: iso(NOW - 2_000) } }),
+    notice: stopped,
+    want: { outcome: 'acted', annotations: undefined },
+  },
+];
+
+describe('notices about VMs: what to record on the machine (planNotice)', () => {
+  for (const tc of cases) {
+    it(tc.name, () => {
+      const plan = planNotice(tc.m, tc.notice, NOW, tc.node);
+      expect(plan.outcome).to.equal(tc.want.outcome);
+      if (plan.outcome !== 'acted') return;
+      for (const [k, v] of Object.entries(tc.want)) {
+        if (k === 'outcome') continue;
+        expect(plan[k as keyof typeof plan], k).to.deep.equal(v);
+      }
+    });
+  }
+
+  it('fails a stopped machine with a health-check operation saying the cloud did it, not the manager', () => {
+    const plan = planNotice(machine('a', { owner: ms }), stopped, NOW, undefined);
+    if (plan.outcome !== 'acted') expect.fail(`outcome ${plan.outcome}`);
+    expect(plan.fail).to.deep.include({ type: 'HealthCheck', state: 'Failed' });
+    expect(plan.fail?.description).to.contain('stopped').and.to.contain('did not ask for');
+    expect(plan.event).to.deep.include({ type: 'Warning', reason: 'InstanceStopped' });
+  });
+
+  it('sets the RebalanceRecommended condition True with the notice as reason and message', () => {
+    const plan = planNotice(machine('a', { owner: ms }), rebalance(), NOW, node());
+    if (plan.outcome !== 'acted') expect.fail(`outcome ${plan.outcome}`);
+    expect(plan.nodeCondition).to.deep.include({
+      type: 'RebalanceRecommended',
+      status: 'True',
+      reason: 'RebalanceRecommendation',
+      message: 'EC2 rebalance recommendation',
+    });
+    expect(plan.event.type).to.equal('Normal');
+  });
+
+  it('says in the event when the drain of an interrupted machine ends', () => {
+    const plan = planNotice(machine('a', { owner: ms }), spot(), NOW, undefined);
+    if (plan.outcome !== 'acted') expect.fail(`outcome ${plan.outcome}`);
+    expect(plan.event).to.deep.include({ type: 'Warning', reason: 'SpotInterruption' });
+    expect(plan.event.message).to.contain(`drained by ${iso(NOW + 90_000)}`);
+  });
+});
