@@ -90,6 +90,8 @@ export interface ManagerConfig {
   awsInterruptionDrainTimeoutMs: number;
   /** A rebalance recommendation replaces the machine (surge first) instead of only being reported. */
   awsRebalanceAsInterruption: boolean;
+  /** How long an offering stays unavailable after a Spot interruption or a capacity error; 0: never. */
+  awsUnavailableOfferingTtlMs: number;
 }
 
 export const defaultConfig: ManagerConfig = {
@@ -144,6 +146,7 @@ export const defaultConfig: ManagerConfig = {
   awsInterruptionQueue: '',
   awsInterruptionDrainTimeoutMs: 90_000,
   awsRebalanceAsInterruption: false,
+  awsUnavailableOfferingTtlMs: 180_000,
 };
 
 export class ConfigError extends Error {
@@ -438,6 +441,14 @@ const flags: Record<string, { help: string; set: Setter; boolean?: true }> = {
     set: (c, v, n) => (c.awsRebalanceAsInterruption = parseBool(n, v)),
     boolean: true,
   },
+  'aws-unavailable-offering-ttl': {
+    help: 'how long an offering (market, instance type, subnet) is unavailable after a Spot interruption of one of its instances or a capacity error from RunInstances: its launches fail with ResourceExhausted without calling EC2, so the autoscaler backs the group off and scales another (0: never marked; docs/spot-interruptions.md)',
+    set: (c, v, n) => {
+      const ms = parseDuration(v);
+      if (ms < 0) throw new ConfigError(`--${n}: must not be negative, got "${v}"`);
+      c.awsUnavailableOfferingTtlMs = ms;
+    },
+  },
   'autoscaler-gpu-label': {
     help: 'node label the autoscaler treats as the GPU type label (GPULabel; empty: none)',
     set: (c, v) => (c.autoscalerGpuLabel = v.trim()),
@@ -533,8 +544,13 @@ const FLAG_GROUPS: [string, string[]][] = [
     ],
   ],
   [
-    'AWS interruption notices',
-    ['aws-interruption-queue', 'aws-interruption-drain-timeout', 'aws-rebalance-as-interruption'],
+    'AWS interruption notices and capacity',
+    [
+      'aws-interruption-queue',
+      'aws-interruption-drain-timeout',
+      'aws-rebalance-as-interruption',
+      'aws-unavailable-offering-ttl',
+    ],
   ],
   ['Metrics, health and logs', ['address', 'port', 'v', 'log-format']],
 ];

@@ -37,14 +37,21 @@ import { VIRTUAL_PROVIDER, VIRTUAL_PROVIDER_ID_PREFIX, virtualProvider } from '.
 
 /**
  * The providers this build serves: the built-in virtual (simulated) cloud and AWS EC2 (with the
- * interruption queue of the configuration, when it names one).
+ * interruption queue of the configuration, when it names one, and its unavailable-offering TTL).
  */
 export function defaultProviders(config?: ManagerConfig): ProviderRegistry {
   return new ProviderRegistry()
     .register(VIRTUAL_PROVIDER, virtualProvider(), { providerIDPrefix: VIRTUAL_PROVIDER_ID_PREFIX })
-    .register(AWS_PROVIDER, awsProvider({ interruption: awsInterruptionOptions(config) }), {
-      providerIDPrefix: AWS_PROVIDER_ID_PREFIX,
-    });
+    .register(
+      AWS_PROVIDER,
+      awsProvider({
+        interruption: awsInterruptionOptions(config),
+        ...(config === undefined ? {} : { unavailableOfferingTtlMs: config.awsUnavailableOfferingTtlMs }),
+      }),
+      {
+        providerIDPrefix: AWS_PROVIDER_ID_PREFIX,
+      },
+    );
 }
 
 /** The AWS interruption queue the configuration asks for, if any. */

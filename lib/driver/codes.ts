@@ -26,13 +26,20 @@ export class MachineError extends Error {
    * the VM and initialise it even when the machine does not record it yet.
    */
   readonly vm: MachineErrorVm | undefined;
+  /**
+   * When the driver knows the call cannot succeed before a time (an offering refused until its
+   * mark ends), how long from now: the machine controller retries then, if that is sooner than its
+   * period for the code. In process only (MCM's gRPC drivers have no such field).
+   */
+  readonly retryAfterMs: number | undefined;
   constructor(
     readonly code: MachineErrorCodeName,
     readonly detail: string,
-    options?: { cause?: unknown; vm?: MachineErrorVm },
+    options?: { cause?: unknown; vm?: MachineErrorVm; retryAfterMs?: number },
   ) {
     super(formatMachineError(code, detail), options?.cause === undefined ? {} : { cause: options.cause });
     this.vm = options?.vm;
+    this.retryAfterMs = options?.retryAfterMs;
   }
 
   get numericCode(): MachineErrorCode {
@@ -49,6 +56,8 @@ export interface DecodedMachineError {
   message: string;
   /** False when the error did not follow the machine-codes format (its code is then Unknown). */
   ok: boolean;
+  /** The driver's hint of when a retry may succeed (MachineError.retryAfterMs). */
+  retryAfterMs?: number;
 }
 
 /** The first two top-level `[...]` groups of s, brackets inside them balanced. */
@@ -79,7 +88,14 @@ function isCodeName(name: string): name is MachineErrorCodeName {
  * maps to Unknown); anything else is Unknown with ok=false.
  */
 export function decodeMachineError(err: unknown): DecodedMachineError {
-  if (err instanceof MachineError) return { code: err.code, message: err.detail, ok: true };
+  if (err instanceof MachineError) {
+    return {
+      code: err.code,
+      message: err.detail,
+      ok: true,
+      ...(err.retryAfterMs === undefined ? {} : { retryAfterMs: err.retryAfterMs }),
+    };
+  }
   const text = err instanceof Error ? err.message : typeof err === 'string' ? err : String(err);
   const at = text.indexOf(MACHINE_CODES_ERROR_PREFIX);
   if (at >= 0) {

@@ -67,7 +67,8 @@ async function writeStatus(
 
 /**
  * A failed create-path call: CrashLoopBackOff while the creation timeout runs, Failed after it;
- * lastOperation Create/Failed with the driver's code; retried per the code's class.
+ * lastOperation Create/Failed with the driver's code; retried per the code's class (or sooner,
+ * when the driver says when a retry can succeed).
  */
 async function createFailed(
   d: MachineDeps,
@@ -96,10 +97,13 @@ async function createFailed(
     );
   }
   if (timedOut) return {};
-  const retry =
+  const period =
     opts.initialize === true
       ? RetryPeriod.Short
       : retryDelay(createRetryClass(e.code), d.settings.resourceExhaustedRetryMs);
+  // A driver that knows when the call can succeed (an offering refused until its mark ends) is
+  // retried then rather than after the code's whole period.
+  const retry = e.retryAfterMs === undefined ? period : Math.max(0, Math.min(period, e.retryAfterMs));
   return { requeueAfter: retry };
 }
 

@@ -48,6 +48,13 @@ import { checkableInterfaces, missingIpv6Prefixes, uninitialized } from './initi
 import { LaunchPacer } from './pacer.js';
 import { AWS_PLACEMENT_ANNOTATION, NAME_TAG, needsRootDeviceName, runInstancesInput } from './launch.js';
 import { InstanceLookup } from './lookup.js';
+import {
+  OFFERING_CAPACITY_CODES,
+  UnavailableCause,
+  describeOffering,
+  offeringOfSpec,
+  type UnavailableOfferings,
+} from './offerings.js';
 import { parseAwsProviderSpec, type AwsProviderSpec } from './spec.js';
 
 export const AWS_PROVIDER = 'AWS';
@@ -200,6 +207,11 @@ export interface AwsDriverOptions {
   fence?: WriteFence | undefined;
   /** Told of every instance an answer is made of (the provider's prices learn subnets' zones). */
   onInstance?: (instance: Instance) => void;
+  /**
+   * Offerings EC2 cannot fill for now: a launch of one is refused without calling EC2, and a
+   * capacity error of RunInstances marks its offering (none: every launch goes to EC2).
+   */
+  offerings?: UnavailableOfferings;
 }
 
 export class AwsDriver implements Driver {
@@ -215,6 +227,7 @@ export class AwsDriver implements Driver {
   private readonly visibilityBackoffMs: number;
   private readonly fence: WriteFence | undefined;
   private readonly onInstance: ((instance: Instance) => void) | undefined;
+  private readonly offerings: UnavailableOfferings | undefined;
   /** Instances CreateMachine just saw, by machine UID (see FRESH_SIGHTING_MS). */
   private readonly seen = new Map<string, { instance: Instance; at: number }>();
   /**
@@ -232,6 +245,7 @@ export class AwsDriver implements Driver {
     this.visibilityBackoffMs = opts.visibilityBackoffMs ?? 500;
     this.fence = opts.fence;
     this.onInstance = opts.onInstance;
+    this.offerings = opts.offerings;
     this.clock = opts.clock ?? new RealClock();
   }
 
@@ -429,6 +443,18 @@ export class AwsDriver implements Driver {
       return this.response(spec.region, first);
     }
 
+    // Only now: a retry of a launch whose instance exists (above) is answered with it, mark or not.
+    const offering = offeringOfSpec(spec);
+    const mark = this.offerings?.unavailable(offering);
+    if (mark !== undefined) {
+      this.offerings?.refused();
+      throw new MachineError(
+        'ResourceExhausted',
+        `AWS RunInstances not tried: ${describeOffering(offering)} is unavailable until ${new Date(mark.until).toISOString()} (${mark.reason})`,
+        { retryAfterMs: mark.remainingMs },
+      );
+    }
+
     const imageKey = `${spec.region}/${spec.ami}`;
     let rootDeviceName: string | undefined;
     if (needsRootDeviceName(spec)) {
@@ -542,7 +568,17 @@ export class AwsDriver implements Driver {
       } catch (err) {
         if (THROTTLING_ERROR_CODES.has(awsErrorInfo(err).code)) p.pacer.throttled();
         const failure = launchFailure(err);
-        if (failure === 'fail') throw toMachineError(err, 'RunInstances', p.secrets);
+        if (failure === 'fail') {
+          const code = awsErrorInfo(err).code;
+          if (OFFERING_CAPACITY_CODES.has(code)) {
+            this.offerings?.mark(
+              offeringOfSpec(spec),
+              UnavailableCause.CapacityError,
+              `EC2 answered ${code}`,
+            );
+          }
+          throw toMachineError(err, 'RunInstances', p.secrets);
+        }
         lastError = err;
         if (failure === 'unknown') {
           const started = (await this.byName(p, spec, name, signal))[0];

@@ -7,7 +7,7 @@ import type { MachineErrorCodeName } from '../../api/constants.js';
 import { MachineError } from '../../driver/codes.js';
 import { FencedError } from '../../kube/errors.js';
 
-/** gardener's list: EC2 cannot place the instance now; another group or later may succeed. */
+/** EC2 cannot place the instance now; another group or later may succeed (gardener's list and four more). */
 export const CAPACITY_ERROR_CODES: ReadonlySet<string> = new Set([
   'InsufficientCapacity',
   'InsufficientAddressCapacity',
@@ -19,6 +19,13 @@ export const CAPACITY_ERROR_CODES: ReadonlySet<string> = new Set([
   'MaxIOPSLimitExceeded',
   'RouteLimitExceeded',
   'Unsupported',
+  // Not gardener's (it answers these Internal, which the autoscaler does not back off on as
+  // capacity): Spot capacity or the subnet's addresses ran out, or the Spot price rose above the
+  // class's maximum. Each says this offering cannot be filled now and another may be.
+  'SpotMaxPriceTooLow',
+  'MaxSpotInstanceCountExceeded',
+  'InsufficientFreeAddressesInSubnet',
+  'UnfulfillableCapacity',
 ]);
 
 export const THROTTLING_ERROR_CODES: ReadonlySet<string> = new Set([

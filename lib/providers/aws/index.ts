@@ -4,9 +4,11 @@ import { AwsDriver } from './driver.js';
 import { sdkEc2Api, type Ec2ApiFactory } from './client.js';
 import { AwsPricing, type AwsPricingOptions } from './prices/pricing.js';
 import { InterruptionMetrics, InterruptionPoller, type PollerHooks } from './interruption/poller.js';
-import type { InterruptionSettings } from './interruption/notices.js';
+import { NoticeReason, type InterruptionSettings } from './interruption/notices.js';
 import { sqsInterruptionQueue, type InterruptionQueue } from './interruption/queue.js';
 import type { WriteFence } from '../../kube/fence.js';
+import type { VmNoticeSink } from '../../driver/notices.js';
+import { UnavailableOfferings, offeringMetrics } from './offerings.js';
 
 export { AWS_PROVIDER, AWS_PROVIDER_ID_PREFIX } from './driver.js';
 
@@ -51,6 +53,31 @@ export interface AwsProviderOptions {
   spot?: AwsPricingOptions['spot'];
   /** Reads interruption notices from an SQS queue (leader only) when given. */
   interruption?: AwsInterruptionOptions | undefined;
+  /**
+   * --aws-unavailable-offering-ttl: how long an offering stays unavailable after a Spot
+   * interruption or a capacity error (default 3 minutes; 0: never marked).
+   */
+  unavailableOfferingTtlMs?: number;
+}
+
+/** The default of --aws-unavailable-offering-ttl. */
+export const DEFAULT_UNAVAILABLE_OFFERING_TTL_MS = 3 * 60_000;
+
+/** The instance id a providerID `aws:///<region>/<id>` names. */
+const instanceIdOf = (providerID: string): string => providerID.slice(providerID.lastIndexOf('/') + 1);
+
+/**
+ * The sink, marking the offering of an instance whose Spot capacity is reclaimed first: the mark
+ * must stand before the record on the machine makes its MachineSet create the replacement.
+ */
+function markingSink(sink: VmNoticeSink, offerings: UnavailableOfferings): VmNoticeSink {
+  return {
+    handle: (notice, signal) => {
+      if (notice.reason === NoticeReason.SpotInterruption)
+        offerings.markInterrupted(instanceIdOf(notice.providerID));
+      return sink.handle(notice, signal);
+    },
+  };
 }
 
 /**
@@ -69,6 +96,11 @@ export function awsProvider(opts: AwsProviderOptions = {}): ProviderFactory {
     let poller: InterruptionPoller | undefined;
     let queue: InterruptionQueue | undefined;
     const ec2 = opts.ec2 ?? sdkEc2Api;
+    const offerings = new UnavailableOfferings({
+      ttlMs: opts.unavailableOfferingTtlMs ?? DEFAULT_UNAVAILABLE_OFFERING_TTL_MS,
+      clock: ctx.clock,
+      metrics: offeringMetrics(ctx.registry),
+    });
     const pricing = new AwsPricing({
       ec2,
       clock: ctx.clock,
@@ -82,13 +114,16 @@ export function awsProvider(opts: AwsProviderOptions = {}): ProviderFactory {
       ec2,
       onInstance: (i) => {
         pricing.observeInstance(i);
+        offerings.observeInstance(i);
       },
+      offerings,
     });
     return {
       driver: observedDriver(driver, pricing),
       nodePrice: (req) => pricing.nodePrice(req),
       start: () => {
         pricing.start();
+        offerings.open();
         const interruption = opts.interruption;
         if (interruption === undefined || poller !== undefined) return;
         if (ctx.notices === undefined) {
@@ -103,7 +138,7 @@ export function awsProvider(opts: AwsProviderOptions = {}): ProviderFactory {
         );
         poller = new InterruptionPoller({
           queue,
-          sink: ctx.notices,
+          sink: markingSink(ctx.notices, offerings),
           settings: interruption.settings,
           clock: ctx.clock,
           logger,
@@ -118,6 +153,7 @@ export function awsProvider(opts: AwsProviderOptions = {}): ProviderFactory {
         queue?.close();
         queue = undefined;
         driver.close();
+        offerings.close();
       },
     };
   };

@@ -251,3 +251,54 @@ describe('machine creation: initialisation is never skipped', () => {
     }
   });
 });
+
+describe('machine creation: when a refused creation is retried', () => {
+  const refusing = (retryAfterMs?: number): Driver => ({
+    ...ipNamedCloud().driver,
+    createMachine: () =>
+      Promise.reject(
+        new MachineError(
+          'ResourceExhausted',
+          'offering unavailable',
+          retryAfterMs === undefined ? {} : { retryAfterMs },
+        ),
+      ),
+  });
+  const pending = (): Machine => {
+    const m = machine('m1');
+    m.spec = { ...m.spec, class: { kind: 'MachineClass', name: 'ec2' } };
+    // A minute old on the harness's clock: well within the creation timeout.
+    m.metadata.creationTimestamp = '2026-11-21T09:59:00Z';
+    return m;
+  };
+
+  for (const [hint, want] of [
+    [undefined, 600_000],
+    [45_000, 45_000],
+    [3_600_000, 600_000],
+  ] as const) {
+    it(`ResourceExhausted with ${hint === undefined ? 'no retry hint' : `a hint of ${hint} ms`} is retried after ${want} ms (--resource-exhausted-retry is 10m)`, async () => {
+      const { env, mc } = await machineControllerEnv([pending()], {
+        machineClass: { ...fakeClass, secretRef: { name: 'cloud', namespace: 'default' } },
+        provider: { name: 'ipcloud', driver: refusing(hint) },
+        seed: (e) => {
+          e.seed(CoreResources.secrets, {
+            apiVersion: 'v1',
+            kind: 'Secret',
+            metadata: { name: 'cloud', namespace: 'default' },
+            data: { userData: Buffer.from('#!/bin/sh').toString('base64') },
+          } as Secret);
+        },
+      });
+      try {
+        const r = await mc.reconcile('default/m1', rctx);
+        expect(r.requeueAfter).to.equal(want);
+        const m = env.api.all<Machine>(MachineResource)[0];
+        expect(m?.status?.lastOperation?.errorCode).to.equal('ResourceExhausted');
+        expect(m?.status?.currentStatus?.phase).to.equal('CrashLoopBackOff');
+      } finally {
+        await env.stop();
+      }
+    });
+  }
+});

@@ -23,6 +23,7 @@ import type { Secret } from '../../../../lib/kube/types.js';
 import { nullLogger } from '../../../../lib/observability/logger.js';
 import type { Ec2Api } from '../../../../lib/providers/aws/client.js';
 import { AwsDriver, parseProviderID } from '../../../../lib/providers/aws/driver.js';
+import { UnavailableOfferings } from '../../../../lib/providers/aws/offerings.js';
 import { b64, cls, codeOf, machine, secret } from './fixtures.js';
 
 const meta = { $metadata: {} };
@@ -184,7 +185,10 @@ class InstantClock implements Clock {
   }
 }
 
-function setup(clock: InstantClock = new InstantClock()): {
+function setup(
+  clock: InstantClock = new InstantClock(),
+  offerings?: UnavailableOfferings,
+): {
   fake: FakeEc2;
   driver: AwsDriver;
   regions: string[];
@@ -193,6 +197,7 @@ function setup(clock: InstantClock = new InstantClock()): {
   const regions: string[] = [];
   const driver = new AwsDriver({
     logger: nullLogger,
+    ...(offerings === undefined ? {} : { offerings }),
     launchBackoffMs: 0,
     visibilityBackoffMs: 0,
     clock,
@@ -320,6 +325,83 @@ describe('AWS provider: driver behaviour (fake EC2)', () => {
       await codeOf(driver.createMachine({ machine: machine('m2'), machineClass: cls(), secret })),
     ).to.match(/^ResourceExhausted: AWS RunInstances failed: InsufficientInstanceCapacity/);
     expect(fake.runs.length - before, 'not retried by the driver').to.equal(1);
+  });
+
+  it('a capacity error marks the offering: its next launches fail ResourceExhausted without calling EC2 until the mark ends, other offerings launch', async () => {
+    const clock = new InstantClock();
+    const offerings = new UnavailableOfferings({ ttlMs: 180_000, clock });
+    const { fake, driver } = setup(clock, offerings);
+    const spot = cls({ spotPrice: undefined, instanceMarketOptions: { marketType: 'spot' } });
+    fake.beforeRun = () => {
+      throw ec2Error('InsufficientInstanceCapacity', 500);
+    };
+    expect(
+      await codeOf(driver.createMachine({ machine: machine('m1'), machineClass: spot, secret })),
+    ).to.match(/^ResourceExhausted: AWS RunInstances failed: InsufficientInstanceCapacity/);
+    expect(fake.runs).to.have.length(1);
+
+    fake.beforeRun = undefined;
+    expect(
+      await codeOf(driver.createMachine({ machine: machine('m2'), machineClass: spot, secret })),
+    ).to.match(
+      /^ResourceExhausted: AWS RunInstances not tried: spot t2.large in subnet-acbd1234 is unavailable until .* \(EC2 answered InsufficientInstanceCapacity\)$/,
+    );
+    expect(fake.runs, 'no call for a marked offering').to.have.length(1);
+    clock.t += 60_000;
+    const refused = await driver.createMachine({ machine: machine('m2'), machineClass: spot, secret }).then(
+      () => undefined,
+      (err: unknown) => err,
+    );
+    expect(refused, 'a retry hint: when the mark ends').to.include({
+      code: 'ResourceExhausted',
+      retryAfterMs: 120_000,
+    });
+
+    // The on-demand class of the same type and subnet, and the spot class of another type.
+    const onDemand = cls({ spotPrice: undefined });
+    await driver.createMachine({ machine: machine('m3'), machineClass: onDemand, secret });
+    const otherType = cls({
+      spotPrice: undefined,
+      machineType: 'm5.large',
+      instanceMarketOptions: { marketType: 'spot' },
+    });
+    await driver.createMachine({ machine: machine('m4'), machineClass: otherType, secret });
+    expect(fake.runs).to.have.length(3);
+
+    clock.t += 120_000;
+    await driver.createMachine({ machine: machine('m2'), machineClass: spot, secret });
+    expect(fake.runs, 'launched once the mark ended').to.have.length(4);
+  });
+
+  it('a marked offering still answers a retried launch with the instance it started', async () => {
+    const clock = new InstantClock();
+    const offerings = new UnavailableOfferings({ ttlMs: 180_000, clock });
+    const { fake, driver } = setup(clock, offerings);
+    const spot = cls({ spotPrice: '' });
+    const first = await driver.createMachine({ machine: machine('m1'), machineClass: spot, secret });
+    offerings.mark(
+      { market: 'spot', instanceType: 't2.large', subnetID: 'subnet-acbd1234' },
+      'interruption',
+      'x',
+    );
+    const again = await driver.createMachine({ machine: machine('m1'), machineClass: spot, secret });
+    expect(again.providerID).to.equal(first.providerID);
+    expect(fake.runs).to.have.length(1);
+  });
+
+  it('the account limits and other errors do not mark the offering', async () => {
+    const clock = new InstantClock();
+    const offerings = new UnavailableOfferings({ ttlMs: 180_000, clock });
+    const { fake, driver } = setup(clock, offerings);
+    for (const code of ['VcpuLimitExceeded', 'InstanceLimitExceeded', 'InvalidAMIID.NotFound']) {
+      fake.beforeRun = () => {
+        throw ec2Error(code, 400);
+      };
+      await codeOf(driver.createMachine({ machine: machine('m1'), machineClass: cls(), secret }));
+    }
+    fake.beforeRun = undefined;
+    await driver.createMachine({ machine: machine('m1'), machineClass: cls(), secret });
+    expect(fake.runs).to.have.length(4);
   });
 
   it('after EC2 throttles a launch, the launches of that account and region are spaced out, and speed up again as they succeed', async () => {

@@ -30,6 +30,15 @@ describe('AWS provider: EC2 errors as machine errors', () => {
     ['MaxIOPSLimitExceeded', ec2Error('MaxIOPSLimitExceeded', 'x'), 'ResourceExhausted'],
     ['RouteLimitExceeded', ec2Error('RouteLimitExceeded', 'x'), 'ResourceExhausted'],
     ['Unsupported (type not offered in the zone)', ec2Error('Unsupported', 'x'), 'ResourceExhausted'],
+    // Not gardener's mapping (Internal there): see the README's differences.
+    ['SpotMaxPriceTooLow', ec2Error('SpotMaxPriceTooLow', 'x'), 'ResourceExhausted'],
+    ['MaxSpotInstanceCountExceeded', ec2Error('MaxSpotInstanceCountExceeded', 'x'), 'ResourceExhausted'],
+    [
+      'InsufficientFreeAddressesInSubnet',
+      ec2Error('InsufficientFreeAddressesInSubnet', 'x'),
+      'ResourceExhausted',
+    ],
+    ['UnfulfillableCapacity', ec2Error('UnfulfillableCapacity', 'x'), 'ResourceExhausted'],
     ['RequestLimitExceeded', ec2Error('RequestLimitExceeded', 'slow down', 503), 'Unavailable'],
     ['Throttling', ec2Error('Throttling', 'x'), 'Unavailable'],
     [
