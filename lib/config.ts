@@ -90,8 +90,10 @@ export interface ManagerConfig {
   awsInterruptionDrainTimeoutMs: number;
   /** A rebalance recommendation replaces the machine (surge first) instead of only being reported. */
   awsRebalanceAsInterruption: boolean;
-  /** How long an offering stays unavailable after a Spot interruption or a capacity error; 0: never. */
+  /** How long an offering stays unavailable after a capacity error (or an interruption, opted in); 0: never. */
   awsUnavailableOfferingTtlMs: number;
+  /** A Spot interruption marks its instance's offering unavailable too. */
+  awsUnavailableAfterInterruption: boolean;
 }
 
 export const defaultConfig: ManagerConfig = {
@@ -147,6 +149,7 @@ export const defaultConfig: ManagerConfig = {
   awsInterruptionDrainTimeoutMs: 90_000,
   awsRebalanceAsInterruption: false,
   awsUnavailableOfferingTtlMs: 180_000,
+  awsUnavailableAfterInterruption: false,
 };
 
 export class ConfigError extends Error {
@@ -442,12 +445,15 @@ const flags: Record<string, { help: string; set: Setter; boolean?: true }> = {
     boolean: true,
   },
   'aws-unavailable-offering-ttl': {
-    help: 'how long an offering (market, instance type, subnet) is unavailable after a Spot interruption of one of its instances or a capacity error from RunInstances: its launches fail with ResourceExhausted without calling EC2, so the autoscaler backs the group off and scales another (0: never marked; docs/spot-interruptions.md)',
+    help: 'how long an offering (market, instance type, subnet) is unavailable after RunInstances answered a capacity error for it (InsufficientInstanceCapacity, the Spot capacity codes): its launches fail with ResourceExhausted without calling EC2, retried when the mark ends, and the autoscaler backs the group off and scales another (0: never marked; docs/spot-interruptions.md)',
     set: (c, v, n) => {
-      const ms = parseDuration(v);
-      if (ms < 0) throw new ConfigError(`--${n}: must not be negative, got "${v}"`);
-      c.awsUnavailableOfferingTtlMs = ms;
+      c.awsUnavailableOfferingTtlMs = parseDuration(v);
     },
+  },
+  'aws-unavailable-after-interruption': {
+    help: "a Spot interruption warning also marks its instance's offering unavailable for --aws-unavailable-offering-ttl, so the replacement is not launched into the pool being reclaimed (it waits for the mark to end, or the autoscaler scales another group); without it the replacement is launched at once and only EC2's capacity answer marks the offering",
+    set: (c, v, n) => (c.awsUnavailableAfterInterruption = parseBool(n, v)),
+    boolean: true,
   },
   'autoscaler-gpu-label': {
     help: 'node label the autoscaler treats as the GPU type label (GPULabel; empty: none)',
@@ -550,6 +556,7 @@ const FLAG_GROUPS: [string, string[]][] = [
       'aws-interruption-drain-timeout',
       'aws-rebalance-as-interruption',
       'aws-unavailable-offering-ttl',
+      'aws-unavailable-after-interruption',
     ],
   ],
   ['Metrics, health and logs', ['address', 'port', 'v', 'log-format']],

@@ -46,7 +46,12 @@ export function defaultProviders(config?: ManagerConfig): ProviderRegistry {
       AWS_PROVIDER,
       awsProvider({
         interruption: awsInterruptionOptions(config),
-        ...(config === undefined ? {} : { unavailableOfferingTtlMs: config.awsUnavailableOfferingTtlMs }),
+        ...(config === undefined
+          ? {}
+          : {
+              unavailableOfferingTtlMs: config.awsUnavailableOfferingTtlMs,
+              unavailableAfterInterruption: config.awsUnavailableAfterInterruption,
+            }),
       }),
       {
         providerIDPrefix: AWS_PROVIDER_ID_PREFIX,

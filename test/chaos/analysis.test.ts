@@ -131,6 +131,25 @@ describe('fault suite analysis', () => {
     expect(l.deletions[0]?.why).to.contain('replaced (2 Running machines stay for 2 replicas)');
   });
 
+  it('an interrupted machine is neither counted beyond the limit nor wrongly deleted, even before its replacement is there', () => {
+    const interrupted = { annotations: { 'machine.mcm-ts.io/replacing': 'interrupted' } };
+    const t = new Timeline().deployment(3, 'v1', 0).machine('a').machine('b').machine('c');
+    t.machine('a', 'Running', 'v1', interrupted).machine('b', 'Running', 'v1', interrupted);
+    t.machine('d', 'Pending').machine('e', 'Pending').deleting('a').deleting('b');
+    const a = run(t);
+    expect(a.beyondLimit).to.equal(0);
+    expect(a.wronglyDeleted).to.deep.equal([]);
+    expect(a.deletions.map((d) => d.why)).to.deep.equal([
+      'interrupted (the cloud reclaims its VM)',
+      'interrupted (the cloud reclaims its VM)',
+    ]);
+    // Without the mark, the same writes break both.
+    const u = new Timeline().deployment(3, 'v1', 0).machine('a').machine('b').machine('c');
+    u.machine('d', 'Pending').machine('e', 'Pending').deleting('a').deleting('b');
+    const b = run(u);
+    expect(b.beyondLimit).to.equal(2);
+  });
+
   it('does not count machines being deleted, and resolves a percentage surge upwards', () => {
     const t = new Timeline().deployment(3, 'v1', '10%');
     for (const n of ['a', 'b', 'c', 'd']) t.machine(n);

@@ -12,6 +12,8 @@
 //   value still binds (max(old, new) = old) until the count has come down to new + maxSurge,
 //   because machines cannot disappear in the instant the field changes; from then on the new
 //   value binds. maxSurge is the deployment's own (a percentage is rounded up against `allowed`).
+//   A machine whose VM the cloud reclaims (machine.mcm-ts.io/replacing: interrupted) is not
+//   counted either: its replacement is the surge the interruption allows.
 //   The figure is the largest excess seen (0 when the bound always held).
 //
 // Machines deleted that were not chosen
@@ -20,6 +22,7 @@
 //   1. the machine was Failed (replacing failed machines is the controller's job);
 //   2. its class differs from the deployment's current template class: an old-set machine in a
 //      rollout (a rollout may only delete those);
+//   2b. it was marked replacing: interrupted (the cloud reclaims its VM: a Spot interruption);
 //   3. it carried machinepriority.machine.sapcloud.io=1: marked for deletion (what the
 //      cluster-autoscaler's DeleteNodes does, or a user);
 //   4. it was a scale-down: the machines of the current template that were not being deleted
@@ -118,6 +121,11 @@ export function resolveSurge(d: Obj | undefined, replicas: number): number {
   const pct = /^(\d+)%$/.exec(v);
   if (pct !== null) return Math.ceil((Number(pct[1]) * replicas) / 100);
   return Number(v);
+}
+
+/** Whether the machine's VM is being reclaimed by its cloud (a Spot interruption). */
+function isInterrupted(m: Obj): boolean {
+  return meta(m).annotations?.[REPLACING] === 'interrupted';
 }
 
 export function isDeleting(m: Obj | undefined): boolean {
@@ -238,7 +246,7 @@ export function analyze(timeline: readonly RecordedEvent[], opts: AnalysisOption
 
     if (dep === undefined) continue;
     let active = 0;
-    for (const m of machines.values()) if (ours(m) && !isDeleting(m)) active++;
+    for (const m of machines.values()) if (ours(m) && !isDeleting(m) && !isInterrupted(m)) active++;
     const surge = resolveSurge(dep, Math.max(allowed, replicas));
     if (active <= replicas + surge) allowed = replicas;
     if (!inWindow) continue;
@@ -264,6 +272,7 @@ function judgeDeletion(
   if (phase(prev) === 'Failed') return { chosen: true, why: 'Failed machine replaced' };
   const current = deploymentClass(dep);
   if (machineClass(prev) !== current) return { chosen: true, why: `old set (class ${machineClass(prev)})` };
+  if (isInterrupted(prev)) return { chosen: true, why: 'interrupted (the cloud reclaims its VM)' };
   if (meta(prev).annotations?.[REPLACING] !== undefined) {
     // Expiry: the replaced machine may go once the machines that stay cover the replicas, Running
     // ones for a machine that was Running itself.

@@ -6,6 +6,9 @@
 import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 
+import { CreateQueueCommand, SQSClient, SendMessageCommand } from '@aws-sdk/client-sqs';
+
+import type { ManagerConfig } from '../../lib/config.js';
 import { CoreResources } from '../../lib/kube/resources.js';
 import type { Secret } from '../../lib/kube/types.js';
 import { startAutoscaler, type Autoscaler } from '../harness/autoscaler.js';
@@ -23,6 +26,8 @@ export interface AwsE2eEnv {
   /** The fault proxy in front of the emulator, when asked for. */
   proxy: Ec2FaultProxy | undefined;
   kubelet: Ec2KubeletSimulator;
+  /** The interruption queue the manager reads, when asked for: send() puts an event's body on it. */
+  queue: { url: string; send(body: string): Promise<void> } | undefined;
   /** A cluster-autoscaler of `version` against the manager, over mutual TLS. */
   startAutoscaler(
     version: string,
@@ -35,14 +40,26 @@ export interface AwsE2eEnv {
  * Starts it all; `withProxy` gets the fault proxy's rules in before the manager makes its first
  * EC2 call, and `prepare` writes the scenario's objects before the manager starts (so that its
  * first orphan collection pass lists every class). The manager's EC2 endpoint is set through
- * AWS_ENDPOINT_URL_EC2 and restored by stop().
+ * AWS_ENDPOINT_URL_EC2 (and its queue's through AWS_ENDPOINT_URL_SQS), restored by stop().
  */
 export async function startAwsE2eEnv(opts: {
   capacityByType: Record<string, Record<string, string>>;
   withProxy?: (proxy: Ec2FaultProxy) => void;
   prepare?: (env: LifecycleEnv, cloud: Ec2Cloud) => Promise<void>;
+  /** An SQS queue on the emulator for EC2's events, read by the manager (--aws-interruption-queue). */
+  interruptionQueue?: boolean;
+  /** The manager's configuration beyond the defaults and what this sets. */
+  manager?: Partial<ManagerConfig>;
 }): Promise<AwsE2eEnv> {
-  const savedEndpoint = process.env.AWS_ENDPOINT_URL_EC2;
+  const savedEnv = Object.fromEntries(
+    [
+      'AWS_ENDPOINT_URL_EC2',
+      'AWS_ENDPOINT_URL_SQS',
+      'AWS_REGION',
+      'AWS_ACCESS_KEY_ID',
+      'AWS_SECRET_ACCESS_KEY',
+    ].map((k) => [k, process.env[k]]),
+  );
   const moto = await startMoto();
   let proxy: Ec2FaultProxy | undefined;
   if (opts.withProxy !== undefined) {
@@ -53,6 +70,29 @@ export async function startAwsE2eEnv(opts: {
     process.env.AWS_ENDPOINT_URL_EC2 = moto.endpoint;
   }
   const cloud = await provisionCloud(moto.endpoint);
+  let queue: AwsE2eEnv['queue'];
+  let sqs: SQSClient | undefined;
+  if (opts.interruptionQueue === true) {
+    // The manager's queue client: the SDK's own variables, as in a pod.
+    process.env.AWS_ENDPOINT_URL_SQS = moto.endpoint;
+    process.env.AWS_REGION = REGION;
+    process.env.AWS_ACCESS_KEY_ID = 'manager';
+    process.env.AWS_SECRET_ACCESS_KEY = 'manager';
+    const client = new SQSClient({
+      region: REGION,
+      endpoint: moto.endpoint,
+      credentials: { accessKeyId: 'eventbridge', secretAccessKey: 'eventbridge' },
+    });
+    sqs = client;
+    const url =
+      (await client.send(new CreateQueueCommand({ QueueName: 'mcm-interruptions' }))).QueueUrl ?? '';
+    queue = {
+      url,
+      async send(body) {
+        await client.send(new SendMessageCommand({ QueueUrl: url, MessageBody: body }));
+      },
+    };
+  }
   const env = await LifecycleEnv.start({ scheduler: true, controllerManager: true, kwok: true });
   const dir = path.join(env.cp.workDir, 'tls');
   mkdirSync(dir);
@@ -65,6 +105,8 @@ export async function startAwsE2eEnv(opts: {
     grpcTlsKeyFile: tls.serverKeyFile,
     grpcClientCaFile: tls.caFile,
     machineDrainTimeoutMs: 30_000,
+    ...(queue === undefined ? {} : { awsInterruptionQueue: queue.url }),
+    ...opts.manager,
   });
   const kubelet = new Ec2KubeletSimulator({
     endpoint: moto.endpoint,
@@ -81,6 +123,7 @@ export async function startAwsE2eEnv(opts: {
     cloud,
     proxy,
     kubelet,
+    queue,
     async startAutoscaler(version, flags) {
       const ca = await startAutoscaler({
         version,
@@ -99,10 +142,13 @@ export async function startAwsE2eEnv(opts: {
       await env.stop();
       cloud.ec2.destroy();
       cloud.iam.destroy();
+      sqs?.destroy();
       await proxy?.stop();
       await moto.stop();
-      if (savedEndpoint === undefined) delete process.env.AWS_ENDPOINT_URL_EC2;
-      else process.env.AWS_ENDPOINT_URL_EC2 = savedEndpoint;
+      for (const [k, v] of Object.entries(savedEnv)) {
+        if (v === undefined) Reflect.deleteProperty(process.env, k);
+        else process.env[k] = v;
+      }
     },
   };
 }

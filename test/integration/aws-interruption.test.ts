@@ -29,6 +29,7 @@ import {
 } from '../../lib/providers/virtual/index.js';
 import { Ec2KubeletSimulator } from '../harness/ec2kubelet.js';
 import { Ec2FaultProxy } from '../harness/ec2proxy.js';
+import { spotWarning, stateChange } from '../harness/eventbridge.js';
 import {
   CLUSTER_TAG,
   REGION,
@@ -47,7 +48,6 @@ import { watchEvents } from './env/watch.js';
 
 const REPLACING = 'machine.mcm-ts.io/replacing';
 const DEADLINE = 'machine.mcm-ts.io/interruption-deadline';
-const ACCOUNT = '123456789012';
 
 const isReady = (n: Node): boolean =>
   n.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
@@ -59,30 +59,6 @@ function podReady(p: Pod): boolean {
     conditions.some((c: { type?: unknown; status?: unknown }) => c.type === 'Ready' && c.status === 'True')
   );
 }
-
-/** An EventBridge event as EC2 sends it to the queue's rule. */
-function ec2Event(
-  detailType: string,
-  instanceId: string,
-  detail: Record<string, unknown>,
-  at = new Date(),
-): string {
-  return JSON.stringify({
-    version: '0',
-    id: `${Math.random().toString(16).slice(2)}-1428-4cd3-a780-95db273d1602`,
-    'detail-type': detailType,
-    source: 'aws.ec2',
-    account: ACCOUNT,
-    time: at.toISOString().replace(/\.\d{3}Z$/, 'Z'),
-    region: REGION,
-    resources: [`arn:aws:ec2:${REGION}:${ACCOUNT}:instance/${instanceId}`],
-    detail: { 'instance-id': instanceId, ...detail },
-  });
-}
-const spotWarning = (id: string, at?: Date): string =>
-  ec2Event('EC2 Spot Instance Interruption Warning', id, { 'instance-action': 'terminate' }, at);
-const stateChange = (id: string, state: string): string =>
-  ec2Event('EC2 Instance State-change Notification', id, { state });
 
 /** Follows the machines of a deployment: every machine created, deleted, and each one's phases. */
 class MachineLog {

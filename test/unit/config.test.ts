@@ -80,17 +80,23 @@ describe('parseArgs (gardener MCM flag names and defaults)', () => {
       awsInterruptionQueue: '',
       awsInterruptionDrainTimeoutMs: 90_000,
       awsRebalanceAsInterruption: false,
+      awsUnavailableOfferingTtlMs: 180_000,
+      awsUnavailableAfterInterruption: false,
     });
     const c = parseArgs([
       '--aws-interruption-queue=https://sqs.eu-west-1.amazonaws.com/123456789012/mcm-interruptions',
       '--aws-interruption-drain-timeout=100s',
       '--aws-rebalance-as-interruption',
+      '--aws-unavailable-offering-ttl=45s',
+      '--aws-unavailable-after-interruption',
     ]);
     if (c === 'help') throw new Error('help');
     expect(c).to.deep.include({
       awsInterruptionQueue: 'https://sqs.eu-west-1.amazonaws.com/123456789012/mcm-interruptions',
       awsInterruptionDrainTimeoutMs: 100_000,
       awsRebalanceAsInterruption: true,
+      awsUnavailableOfferingTtlMs: 45_000,
+      awsUnavailableAfterInterruption: true,
     });
   });
 
@@ -114,6 +120,7 @@ describe('parseArgs (gardener MCM flag names and defaults)', () => {
     [['--aws-interruption-queue=mcm-interruptions'], /--aws-interruption-queue: .*not a URL/],
     [['--aws-interruption-drain-timeout=2m'], /less than 2m/],
     [['--aws-interruption-drain-timeout=0s'], /more than 0/],
+    [['--aws-unavailable-offering-ttl=-1s'], /invalid duration "-1s": must not be negative/],
   ];
   for (const [args, msg] of errors) {
     it(`rejects ${args.join(' ')} with a clear message`, () => {

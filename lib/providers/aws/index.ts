@@ -58,6 +58,12 @@ export interface AwsProviderOptions {
    * interruption or a capacity error (default 3 minutes; 0: never marked).
    */
   unavailableOfferingTtlMs?: number;
+  /**
+   * --aws-unavailable-after-interruption: a Spot interruption marks its instance's offering
+   * unavailable too (Karpenter's choice; default false: the replacement is launched at once, and
+   * only EC2's own capacity answer marks the offering).
+   */
+  unavailableAfterInterruption?: boolean;
 }
 
 /** The default of --aws-unavailable-offering-ttl. */
@@ -138,7 +144,8 @@ export function awsProvider(opts: AwsProviderOptions = {}): ProviderFactory {
         );
         poller = new InterruptionPoller({
           queue,
-          sink: markingSink(ctx.notices, offerings),
+          sink:
+            opts.unavailableAfterInterruption === true ? markingSink(ctx.notices, offerings) : ctx.notices,
           settings: interruption.settings,
           clock: ctx.clock,
           logger,

@@ -9,6 +9,8 @@ import { newRegistry } from '../../../../../lib/observability/metrics.js';
 import { awsProvider } from '../../../../../lib/providers/aws/index.js';
 import type { InterruptionQueue, QueueMessage } from '../../../../../lib/providers/aws/interruption/queue.js';
 import { eventually } from '../../../helpers/eventually.js';
+import { FakeEc2 } from '../fake-ec2.js';
+import { cls, codeOf, machine, secret } from '../fixtures.js';
 
 const BODY = JSON.stringify({
   version: '0',
@@ -119,4 +121,79 @@ describe('aws provider: the interruption queue is read between start() and stop(
     ).to.equal(true);
     await provider.stop?.();
   });
+});
+
+describe('aws provider: a Spot interruption and the offering of its instance', () => {
+  for (const optIn of [false, true]) {
+    it(
+      optIn
+        ? 'with --aws-unavailable-after-interruption the offering is marked before the notice is handled: the replacement is refused (ResourceExhausted) without calling EC2'
+        : 'by default the offering is not marked: the replacement is launched at once',
+      async () => {
+        const fake = new FakeEc2();
+        const spot = cls({ spotPrice: undefined, instanceMarketOptions: { marketType: 'spot' } });
+        const victim = fake.add({
+          InstanceType: 't2.large',
+          SubnetId: 'subnet-acbd1234',
+          InstanceLifecycle: 'spot',
+          Tags: [
+            { Key: 'Name', Value: 'm0' },
+            { Key: 'kubernetes.io/cluster/YOUR_CLUSTER_NAME', Value: '1' },
+          ],
+        });
+        const id = victim.InstanceId ?? '';
+        const queue = new FakeQueue();
+        const marked: boolean[] = [];
+        const ref: { provider?: ReturnType<ReturnType<typeof awsProvider>> } = {};
+        const sink: VmNoticeSink = {
+          // What a replacement created while the notice is recorded would meet.
+          handle: async () => {
+            const attempt = await codeOf(
+              ref.provider?.driver.createMachine({ machine: machine('probe'), machineClass: spot, secret }) ??
+                Promise.resolve(),
+            );
+            marked.push(attempt.startsWith('ResourceExhausted'));
+            return 'acted';
+          },
+        };
+        const provider = awsProvider({
+          ec2: () => fake,
+          unavailableAfterInterruption: optIn,
+          interruption: {
+            queueUrl: queue.url,
+            settings: { drainTimeoutMs: 90_000, rebalanceAsInterruption: false },
+            queue: () => queue,
+          },
+        })(context(sink));
+        ref.provider = provider;
+        // The driver sees the instance, as the machine controller's status checks make it.
+        await provider.driver.getMachineStatus({
+          machine: machine('m0', `aws:///eu-west-1/${id}`),
+          machineClass: spot,
+          secret,
+        });
+        provider.start?.();
+        const body = BODY.replace('i-0123456789abcdef0', id);
+        queue.pending.push({ messageId: 'm-1', receiptHandle: 'rh-1', body, receiveCount: 1 });
+        await eventually(() => queue.deleted.length === 1, 'the message handled');
+        expect(marked, 'the mark stands when the notice is handled').to.deep.equal([optIn]);
+        const runs = fake.runs.length;
+        const replacement = await codeOf(
+          provider.driver.createMachine({ machine: machine('m1'), machineClass: spot, secret }),
+        );
+        if (optIn) {
+          expect(replacement).to.match(
+            new RegExp(
+              `^ResourceExhausted: AWS RunInstances not tried: spot t2.large in subnet-acbd1234 is unavailable until .* \\(EC2 Spot interruption of ${id}\\)$`,
+            ),
+          );
+          expect(fake.runs.length, 'no RunInstances').to.equal(runs);
+        } else {
+          expect(replacement).to.equal('OK');
+          expect(fake.runs.length).to.equal(runs + 1);
+        }
+        await provider.stop?.();
+      },
+    );
+  }
 });
