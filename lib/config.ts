@@ -446,7 +446,7 @@ const flags: Record<string, { help: string; set: Setter; boolean?: true }> = {
   },
   'aws-unavailable-offering-ttl': {
     help: 'how long an offering (market, instance type, subnet) is unavailable after RunInstances answered a capacity error for it (InsufficientInstanceCapacity, the Spot capacity codes): its launches fail with ResourceExhausted without calling EC2, retried when the mark ends, and the autoscaler backs the group off and scales another (0: never marked; docs/spot-interruptions.md)',
-    set: (c, v, n) => {
+    set: (c, v) => {
       c.awsUnavailableOfferingTtlMs = parseDuration(v);
     },
   },
