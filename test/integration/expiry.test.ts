@@ -119,7 +119,7 @@ describe('expiry and disruption budgets (real kube-apiserver, the whole manager 
     await env.stop();
   });
 
-  it('replaces 10 machines older than 2m, never more than the budget of 2 at once nor fewer than 10 Running; a do-not-disrupt pod holds its node until it is deleted', async () => {
+  it('replaces 10 machines older than 45s, never more than the budget of 2 at once nor fewer than 10 Running; a do-not-disrupt pod holds its node until it is deleted', async () => {
     const app = 'exp10';
     await env.createDeployment(app, 10, 'exp', {
       strategy: { type: 'RollingUpdate', rollingUpdate: { maxSurge: 1, maxUnavailable: 0 } },
@@ -140,12 +140,12 @@ describe('expiry and disruption budgets (real kube-apiserver, the whole manager 
     let counting = true;
     const watch = new ExpiryWatch(() => counting);
     await watch.start(env, app);
-    await annotate(env, app, { [EXPIRE_AFTER]: '2m', [BUDGET]: '2' });
+    await annotate(env, app, { [EXPIRE_AFTER]: '45s', [BUDGET]: '2' });
 
     // Nothing expires before its time.
-    const expiresAt = Date.parse(originals[0]?.metadata.creationTimestamp ?? '') + 120_000;
+    const expiresAt = Date.parse(originals[0]?.metadata.creationTimestamp ?? '') + 45_000;
     await new Promise((r) => setTimeout(r, Math.max(0, expiresAt - Date.now() - 5_000)));
-    expect(watch.markedAt.size, 'machines marked before they were 2m old').to.equal(0);
+    expect(watch.markedAt.size, 'machines marked before they were 45s old').to.equal(0);
 
     // All but the held one are replaced.
     const others = originals.filter((m) => m !== held).map((m) => m.metadata.name ?? '');
@@ -181,14 +181,14 @@ describe('expiry and disruption budgets (real kube-apiserver, the whole manager 
 
     const secondsAfter = (replacedBy - createdAt) / 1000;
     console.log(
-      `      10 machines: 9 replaced ${secondsAfter.toFixed(0)}s after the last was created (expire-after 2m); peak disrupted ${watch.maxDisrupted}; fewest Running ${watch.minRunning}; created ${watch.created.size}, deleted ${watch.deleted.size}`,
+      `      10 machines: 9 replaced ${secondsAfter.toFixed(0)}s after the last was created (expire-after 45s); peak disrupted ${watch.maxDisrupted}; fewest Running ${watch.minRunning}; created ${watch.created.size}, deleted ${watch.deleted.size}`,
     );
     expect(watch.maxDisrupted, 'machines under disruption at once').to.be.within(1, 2);
     expect(watch.minRunning, 'Running machines that stay').to.be.at.least(10);
     expect(watch.created.size, 'one replacement per machine').to.equal(10);
     expect([...watch.deleted].sort()).to.deep.equal(originals.map((m) => m.metadata.name ?? '').sort());
     // maxSurge 1: one replacement at a time, 9 in well under a minute after they expired.
-    expect(secondsAfter, 'replaced within the expected time').to.be.below(120 + 90);
+    expect(secondsAfter, 'replaced within the expected time').to.be.below(45 + 90);
     const events = await env.client.list<CoreEvent>(CoreResources.events, { namespace: NS });
     expect(events.items.filter((e) => e.reason === 'Expired').length, 'Expired events').to.be.at.least(10);
   });
