@@ -94,6 +94,11 @@ export interface ManagerConfig {
   awsUnavailableOfferingTtlMs: number;
   /** A Spot interruption marks its instance's offering unavailable too. */
   awsUnavailableAfterInterruption: boolean;
+  // ---- AWS instance health (additions) ----
+  /** Between two polls of EC2's instance status checks; 0 = no poll. */
+  awsInstanceStatusIntervalMs: number;
+  /** How long an instance or system status check may be impaired before the machine is failed. */
+  awsImpairedTimeoutMs: number;
 }
 
 export const defaultConfig: ManagerConfig = {
@@ -150,6 +155,8 @@ export const defaultConfig: ManagerConfig = {
   awsRebalanceAsInterruption: false,
   awsUnavailableOfferingTtlMs: 180_000,
   awsUnavailableAfterInterruption: false,
+  awsInstanceStatusIntervalMs: 60_000,
+  awsImpairedTimeoutMs: 5 * 60_000,
 };
 
 export class ConfigError extends Error {
@@ -455,6 +462,18 @@ const flags: Record<string, { help: string; set: Setter; boolean?: true }> = {
     set: (c, v, n) => (c.awsUnavailableAfterInterruption = parseBool(n, v)),
     boolean: true,
   },
+  'aws-instance-status-interval': {
+    help: "how often the leader polls EC2's instance status checks (DescribeInstanceStatus) of the regions and credentials of its AWS classes, with or without an interruption queue; 0 turns the poll off (docs/spot-interruptions.md)",
+    set: (c, v) => (c.awsInstanceStatusIntervalMs = parseDuration(v)),
+  },
+  'aws-impaired-timeout': {
+    help: "how long an instance's EC2 instance or system status check may be impaired (since EC2's ImpairedSince, else since the poll first saw it) before its machine is marked Failed and replaced",
+    set: (c, v, n) => {
+      const ms = parseDuration(v);
+      if (ms <= 0) throw new ConfigError(`--${n}: must be more than 0, got "${v}"`);
+      c.awsImpairedTimeoutMs = ms;
+    },
+  },
   'autoscaler-gpu-label': {
     help: 'node label the autoscaler treats as the GPU type label (GPULabel; empty: none)',
     set: (c, v) => (c.autoscalerGpuLabel = v.trim()),
@@ -559,6 +578,7 @@ const FLAG_GROUPS: [string, string[]][] = [
       'aws-unavailable-after-interruption',
     ],
   ],
+  ['AWS instance health', ['aws-instance-status-interval', 'aws-impaired-timeout']],
   ['Metrics, health and logs', ['address', 'port', 'v', 'log-format']],
 ];
 

@@ -33,11 +33,13 @@ import {
   awsProvider,
   type AwsInterruptionOptions,
 } from './providers/aws/index.js';
+import type { InstanceHealthSettings } from './providers/aws/health/poller.js';
 import { VIRTUAL_PROVIDER, VIRTUAL_PROVIDER_ID_PREFIX, virtualProvider } from './providers/virtual/index.js';
 
 /**
  * The providers this build serves: the built-in virtual (simulated) cloud and AWS EC2 (with the
- * interruption queue of the configuration, when it names one, and its unavailable-offering TTL).
+ * interruption queue of the configuration, when it names one, its unavailable-offering TTL and
+ * its instance status poll).
  */
 export function defaultProviders(config?: ManagerConfig): ProviderRegistry {
   return new ProviderRegistry()
@@ -46,6 +48,7 @@ export function defaultProviders(config?: ManagerConfig): ProviderRegistry {
       AWS_PROVIDER,
       awsProvider({
         interruption: awsInterruptionOptions(config),
+        health: awsHealthSettings(config),
         ...(config === undefined
           ? {}
           : {
@@ -53,10 +56,17 @@ export function defaultProviders(config?: ManagerConfig): ProviderRegistry {
               unavailableAfterInterruption: config.awsUnavailableAfterInterruption,
             }),
       }),
-      {
-        providerIDPrefix: AWS_PROVIDER_ID_PREFIX,
-      },
+      { providerIDPrefix: AWS_PROVIDER_ID_PREFIX },
     );
+}
+
+/** The AWS instance status poll the configuration asks for (none without a configuration). */
+export function awsHealthSettings(config: ManagerConfig | undefined): InstanceHealthSettings | undefined {
+  if (config === undefined) return undefined;
+  return {
+    intervalMs: config.awsInstanceStatusIntervalMs,
+    impairedTimeoutMs: config.awsImpairedTimeoutMs,
+  };
 }
 
 /** The AWS interruption queue the configuration asks for, if any. */

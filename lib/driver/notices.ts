@@ -1,6 +1,6 @@
 // What a cloud tells the manager about one of its VMs out of band (an addition to MCM's driver
-// calls): the VM is about to be interrupted, it is advised to move off, or it stopped or ended
-// without being asked to. A provider that receives such notices (the AWS provider reads them from
+// calls): the VM is about to be interrupted, it is advised to move off, it stopped or ended
+// without being asked to, or the cloud's health checks of it have failed for too long. A provider that receives such notices (the AWS provider reads them from
 // an SQS queue fed by EventBridge) hands each to the manager's sink, which records on the VM's
 // Machine what follows from it; the provider acknowledges the notice to its cloud only once the
 // sink has answered, so a notice is never lost to a restart.
@@ -15,6 +15,11 @@ export const VmNoticeKind = {
   Stopped: 'stopped',
   /** The VM is shutting down or terminated. */
   Terminated: 'terminated',
+  /**
+   * The cloud's own health checks of the VM have failed for longer than the provider's timeout
+   * (on AWS: an `impaired` instance or system status check): the VM is not coming back by itself.
+   */
+  Impaired: 'impaired',
 } as const;
 export type VmNoticeKind = (typeof VmNoticeKind)[keyof typeof VmNoticeKind];
 

@@ -1,7 +1,8 @@
 // An HTTP proxy in front of the EC2 emulator for what the emulator cannot do by itself: EC2 error
 // answers (capacity, throttling) for chosen calls, latency, and answers lost on the way back (the
 // call was executed, the client never learns it), and real EC2's eventual consistency (a new
-// instance missing from DescribeInstances for a while). It also counts EC2 calls by action.
+// instance missing from DescribeInstances for a while), and answers rewritten on the way back (an
+// impaired status check). It also counts EC2 calls by action.
 
 import http from 'node:http';
 import { randomUUID } from 'node:crypto';
@@ -19,6 +20,63 @@ export interface Ec2FaultRule {
   dropAnswer?: boolean;
   /** Forward after this long. */
   delayMs?: number;
+  /** Rewrite the emulator's successful (2xx) XML answer before it goes back (e.g. impairedStatus). */
+  rewrite?: (xml: string, params: URLSearchParams) => string;
+}
+
+/** The top-level `<item>` elements of a `<set>` in an EC2 XML answer, and where the set's inside is. */
+function setItems(xml: string, set: string): { items: string[]; open: number; close: number } | undefined {
+  const openTag = `<${set}>`;
+  const open = xml.indexOf(openTag);
+  const close = xml.lastIndexOf(`</${set}>`);
+  if (open < 0 || close < 0) return undefined;
+  const inner = xml.slice(open + openTag.length, close);
+  const items: string[] = [];
+  let depth = 0;
+  let start = -1;
+  const tag = /<(\/?)item>/g;
+  for (let m = tag.exec(inner); m !== null; m = tag.exec(inner)) {
+    if (m[1] === '') {
+      if (depth === 0) start = m.index;
+      depth++;
+    } else if (--depth === 0) items.push(inner.slice(start, m.index + m[0].length));
+  }
+  return { items, open: open + openTag.length, close };
+}
+
+/**
+ * A DescribeInstanceStatus answer in which the given instances' checks read `impaired`, their
+ * reachability detail `failed` (with EC2's `impairedSince` when `since` is given), as real EC2
+ * reports a failed status check; the emulator only ever reports `ok`.
+ */
+export function impairedStatus(
+  xml: string,
+  instanceIds: ReadonlySet<string>,
+  opts: { checks?: readonly ('instanceStatus' | 'systemStatus')[]; since?: Date } = {},
+): string {
+  const set = setItems(xml, 'instanceStatusSet');
+  if (set === undefined) return xml;
+  const checks = opts.checks ?? ['systemStatus'];
+  const since =
+    opts.since === undefined
+      ? ''
+      : `<impairedSince>${opts.since.toISOString().replace(/\.\d{3}Z$/, '.000Z')}</impairedSince>`;
+  const items = set.items.map((item) => {
+    const id = /<instanceId>([^<]+)<\/instanceId>/.exec(item)?.[1] ?? '';
+    if (!instanceIds.has(id)) return item;
+    let out = item;
+    for (const check of checks) {
+      const impaired =
+        `<${check}><status>impaired</status><details><item><name>reachability</name>` +
+        `<status>failed</status>${since}</item></details></${check}>`;
+      const existing = new RegExp(`<${check}>[\\s\\S]*?</${check}>`);
+      out = existing.test(out)
+        ? out.replace(existing, impaired)
+        : out.replace(/<\/item>$/, `${impaired}</item>`);
+    }
+    return out;
+  });
+  return `${xml.slice(0, set.open)}${items.join('')}${xml.slice(set.close)}`;
 }
 
 function errorXml(code: string, message: string): string {
@@ -217,6 +275,8 @@ export class Ec2FaultProxy {
               if (m[1] !== undefined) this.hidden.set(m[1], this.hideAnswers);
           }
           if (action === 'DescribeInstances') data = this.withoutHidden(data);
+          if (rule?.rewrite !== undefined && (upRes.statusCode ?? 0) < 300)
+            data = Buffer.from(rule.rewrite(data.toString('utf8'), params));
           res.writeHead(upRes.statusCode ?? 502, { ...headers, 'content-length': data.length });
           res.end(data);
         });

@@ -47,6 +47,8 @@ const CHART_MANAGED_FLAGS = [
   'grpc-insecure',
   'nodes',
   'aws-interruption-queue',
+  'aws-instance-status-interval',
+  'aws-impaired-timeout',
 ];
 /** Chart-managed flags of the gRPC server (issue 9), which may not be in this build yet. */
 /** Flags the manager accepts but the chart pins (only 'leases' exists). */
@@ -199,6 +201,8 @@ describe('Helm chart charts/machine-controller-manager', function () {
         ['flags.machine-drain-timeout=2 hours', /does not match pattern/i],
         ['targetCluster.mode=remote', /targetCluster.mode/i],
         ['aws.interruptionQueue=mcm-interruptions', /does not match pattern/i],
+        ['aws.impairedTimeout=5 minutes', /does not match pattern/i],
+        ['aws.instanceStatusInterval=1min', /does not match pattern/i],
         ['image.pullPolicy=Sometimes', /pullPolicy/i],
       ];
       for (const [set, message] of cases) {
@@ -214,6 +218,9 @@ describe('Helm chart charts/machine-controller-manager', function () {
         'flags.machine-drain-timeout=1h30m,flags.safety-up=3,flags.max-unhealthy-replacements=10%',
         '--set',
         'aws.interruptionQueue=https://sqs.eu-west-1.amazonaws.com/123456789012/mcm-interruptions',
+        // A string, as values.yaml holds it (a bare --set would make 0 a number).
+        '--set-string',
+        'aws.instanceStatusInterval=0,aws.impairedTimeout=10m',
       ]);
       expect(ok.code, ok.stderr).to.equal(0);
       const args = container(findDoc(parseManifests(ok.stdout), 'Deployment')).args;
@@ -222,6 +229,8 @@ describe('Helm chart charts/machine-controller-manager', function () {
         '--safety-up=3',
         '--max-unhealthy-replacements=10%',
         '--aws-interruption-queue=https://sqs.eu-west-1.amazonaws.com/123456789012/mcm-interruptions',
+        '--aws-instance-status-interval=0',
+        '--aws-impaired-timeout=10m',
       ]);
     });
 

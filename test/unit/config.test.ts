@@ -100,6 +100,15 @@ describe('parseArgs (gardener MCM flag names and defaults)', () => {
     });
   });
 
+  it('reads the AWS instance status interval (60s, 0 turns it off) and the impaired timeout (5m)', () => {
+    const d = parseArgs([]);
+    if (d === 'help') throw new Error('help');
+    expect(d).to.deep.include({ awsInstanceStatusIntervalMs: 60_000, awsImpairedTimeoutMs: 300_000 });
+    const c = parseArgs(['--aws-instance-status-interval=0', '--aws-impaired-timeout=2m30s']);
+    if (c === 'help') throw new Error('help');
+    expect(c).to.deep.include({ awsInstanceStatusIntervalMs: 0, awsImpairedTimeoutMs: 150_000 });
+  });
+
   it('accepts and ignores the MCM flags that have no meaning here', () => {
     expect(() =>
       parseArgs(['--kube-api-content-type=application/vnd.kubernetes.protobuf', '--profiling']),
@@ -121,6 +130,7 @@ describe('parseArgs (gardener MCM flag names and defaults)', () => {
     [['--aws-interruption-drain-timeout=2m'], /less than 2m/],
     [['--aws-interruption-drain-timeout=0s'], /more than 0/],
     [['--aws-unavailable-offering-ttl=-1s'], /invalid duration "-1s": must not be negative/],
+    [['--aws-impaired-timeout=0s'], /--aws-impaired-timeout: must be more than 0/],
   ];
   for (const [args, msg] of errors) {
     it(`rejects ${args.join(' ')} with a clear message`, () => {

@@ -11,6 +11,10 @@
 // - A stop or termination of a machine that is not being deleted (the manager did not ask for
 //   it): the machine is marked Failed at once, without the health timeout, and replaced as any
 //   Failed machine is; the deadline (the notice's time) forces its drain, since its pods are gone.
+// - An impaired VM (the cloud's own health checks failed for longer than the provider's timeout):
+//   the same. Its drain is forced too: the check that fails is reachability, so the kubelet cannot
+//   act on evictions either; an eviction drain would wait for the drain timeout (2 h by default)
+//   while pods that no longer serve still count as available for their budgets and Services.
 //
 // A record already there makes the notice a duplicate: what is recorded on the machine, not
 // memory, decides, so a notice delivered again after a restart, or twice, is acted on once.
@@ -93,7 +97,9 @@ export function planNotice(
       return planAdvice(m, notice, now, node);
     case VmNoticeKind.Stopped:
     case VmNoticeKind.Terminated:
-      return planFailure(m, notice, now);
+      return planFailure(m, notice, now, ', which the machine controller did not ask for');
+    case VmNoticeKind.Impaired:
+      return planFailure(m, notice, now, '');
   }
 }
 
@@ -183,17 +189,18 @@ function planAdvice(
   };
 }
 
-function planFailure(m: AnyMachine, notice: VmNotice, now: number): NoticePlan {
+/** Fails the machine at once; `aside` follows the notice's message in the description. */
+function planFailure(m: AnyMachine, notice: VmNotice, now: number, aside: string): NoticePlan {
   const name = m.metadata.name ?? '';
   // The manager stops nothing, and terminates the VMs of the machines it deletes: a machine being
-  // deleted caused the notice (or no longer cares).
+  // deleted caused the notice (or no longer cares; its deletion replaces the VM anyway).
   if (isTerminating(m)) return { outcome: 'ignored', why: `machine ${name} is being deleted` };
   const recorded = interruptionDeadlineOf(m);
   const deadline = earlier(recorded, notice.sentAt);
   const failed = phaseOf(m) === MachinePhase.Failed;
   if (failed && recorded !== undefined)
     return { outcome: 'duplicate', why: `machine ${name} is marked Failed already` };
-  const description = `${notice.message}, which the machine controller did not ask for: machine ${name} is marked Failed to be replaced`;
+  const description = `${notice.message}${aside}: machine ${name} is marked Failed to be replaced`;
   return {
     outcome: 'acted',
     ...(deadline === recorded

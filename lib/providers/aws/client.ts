@@ -18,6 +18,8 @@ import type {
   AssignIpv6AddressesCommandInput,
   DescribeImagesCommandInput,
   DescribeImagesCommandOutput,
+  DescribeInstanceStatusCommandInput,
+  DescribeInstanceStatusCommandOutput,
   DescribeInstancesCommandInput,
   DescribeInstancesCommandOutput,
   DescribeSpotPriceHistoryCommandInput,
@@ -61,6 +63,11 @@ export interface Ec2Api {
     input: DescribeSpotPriceHistoryCommandInput,
     signal?: AbortSignal,
   ): Promise<DescribeSpotPriceHistoryCommandOutput>;
+  /** Instance status checks (health/, in the background). */
+  describeInstanceStatus(
+    input: DescribeInstanceStatusCommandInput,
+    signal?: AbortSignal,
+  ): Promise<DescribeInstanceStatusCommandOutput>;
   destroy(): void;
 }
 
@@ -223,6 +230,10 @@ export function sdkEc2ApiWith(opts: SdkEc2Options = {}): Ec2ApiFactory {
       describeSpotPriceHistory: async (input, signal) => {
         const { sdk, client } = await get();
         return client.send(new sdk.DescribeSpotPriceHistoryCommand(input), send(signal));
+      },
+      describeInstanceStatus: async (input, signal) => {
+        const { sdk, client } = await get();
+        return client.send(new sdk.DescribeInstanceStatusCommand(input), send(signal));
       },
       destroy: () => {
         destroyed = true;

@@ -3,38 +3,50 @@ import type { ProviderFactory } from '../../driver/registry.js';
 import { AwsDriver } from './driver.js';
 import { sdkEc2Api, type Ec2ApiFactory } from './client.js';
 import { AwsPricing, type AwsPricingOptions } from './prices/pricing.js';
+import { InstanceHealthMetrics, InstanceHealthPoller, type InstanceHealthSettings } from './health/poller.js';
 import { InterruptionMetrics, InterruptionPoller, type PollerHooks } from './interruption/poller.js';
 import { NoticeReason, type InterruptionSettings } from './interruption/notices.js';
 import { sqsInterruptionQueue, type InterruptionQueue } from './interruption/queue.js';
 import type { WriteFence } from '../../kube/fence.js';
 import type { VmNoticeSink } from '../../driver/notices.js';
 import { UnavailableOfferings, offeringMetrics } from './offerings.js';
+import type { MachineClass } from '../../api/types.js';
+import type { DeepReadonly } from '../../kube/informer.js';
+import type { Secret } from '../../kube/types.js';
 
 export { AWS_PROVIDER, AWS_PROVIDER_ID_PREFIX } from './driver.js';
 
 /**
- * The driver, telling pricing of the class and Secret of the calls that carry them on a class's
- * regular path: CreateMachine, GetMachineStatus, and ListMachines (the orphan collection lists
- * every class, machines or not, at start and every period).
+ * The driver, telling pricing and the health poll of the class and Secret of the calls that carry
+ * them on a class's regular path: CreateMachine, GetMachineStatus, and ListMachines (the orphan
+ * collection lists every class, machines or not, at start and every period).
  */
-function observedDriver(driver: AwsDriver, pricing: AwsPricing): Driver {
+function observedDriver(driver: AwsDriver, observers: readonly Observer[]): Driver {
+  const observe = (cls: DeepReadonly<MachineClass>, secret: Secret): void => {
+    for (const o of observers) o.observeRequest(cls, secret);
+  };
   return {
     createMachine: (req, signal) => {
-      pricing.observeRequest(req.machineClass, req.secret);
+      observe(req.machineClass, req.secret);
       return driver.createMachine(req, signal);
     },
     initializeMachine: (req, signal) => driver.initializeMachine(req, signal),
     deleteMachine: (req, signal) => driver.deleteMachine(req, signal),
     getMachineStatus: (req, signal) => {
-      pricing.observeRequest(req.machineClass, req.secret);
+      observe(req.machineClass, req.secret);
       return driver.getMachineStatus(req, signal);
     },
     listMachines: (req, signal) => {
-      pricing.observeRequest(req.machineClass, req.secret);
+      observe(req.machineClass, req.secret);
       return driver.listMachines(req, signal);
     },
     getVolumeIDs: (req) => driver.getVolumeIDs(req),
   };
+}
+
+/** What learns a class's region and credentials from the driver's calls. */
+interface Observer {
+  observeRequest(machineClass: DeepReadonly<MachineClass>, secret: Secret): void;
 }
 
 /** The interruption queue of the AWS provider (--aws-interruption-queue and its settings). */
@@ -54,8 +66,13 @@ export interface AwsProviderOptions {
   /** Reads interruption notices from an SQS queue (leader only) when given. */
   interruption?: AwsInterruptionOptions | undefined;
   /**
-   * --aws-unavailable-offering-ttl: how long an offering stays unavailable after a Spot
-   * interruption or a capacity error (default 3 minutes; 0: never marked).
+   * Polls EC2's instance status checks (leader only) and fails the machines of instances impaired
+   * for too long, when given with an interval above 0 (the manager passes its flags; unset, none).
+   */
+  health?: (InstanceHealthSettings & { random?: () => number }) | undefined;
+  /**
+   * --aws-unavailable-offering-ttl: how long an offering stays unavailable after a capacity error
+   * (or, opted in, a Spot interruption; default 3 minutes; 0: never marked).
    */
   unavailableOfferingTtlMs?: number;
   /**
@@ -93,6 +110,8 @@ function markingSink(sink: VmNoticeSink, offerings: UnavailableOfferings): VmNot
  * price expander: on-demand list prices, and spot prices refreshed in the background (prices/).
  * With an interruption queue, its notices (Spot interruptions, rebalance recommendations, state
  * changes, scheduled changes) go to the manager's sink while the provider runs (interruption/).
+ * Without a queue too, instances EC2's status checks report impaired for too long are handed to
+ * the sink (health/).
  */
 export function awsProvider(opts: AwsProviderOptions = {}): ProviderFactory {
   return (ctx) => {
@@ -124,12 +143,29 @@ export function awsProvider(opts: AwsProviderOptions = {}): ProviderFactory {
       },
       offerings,
     });
+    // Registered whether the poll runs or not, as the interruption metrics.
+    const healthMetrics = InstanceHealthMetrics.of(ctx.registry);
+    const sink = ctx.notices;
+    // Made at once, so that the driver calls before start() show it what to poll.
+    const health =
+      opts.health === undefined || opts.health.intervalMs <= 0 || sink === undefined
+        ? undefined
+        : new InstanceHealthPoller({
+            ec2,
+            sink,
+            settings: opts.health,
+            clock: ctx.clock,
+            logger,
+            metrics: healthMetrics,
+            ...(opts.health.random === undefined ? {} : { random: opts.health.random }),
+          });
     return {
-      driver: observedDriver(driver, pricing),
+      driver: observedDriver(driver, health === undefined ? [pricing] : [pricing, health]),
       nodePrice: (req) => pricing.nodePrice(req),
       start: () => {
         pricing.start();
         offerings.open();
+        health?.start();
         const interruption = opts.interruption;
         if (interruption === undefined || poller !== undefined) return;
         if (ctx.notices === undefined) {
@@ -155,7 +191,7 @@ export function awsProvider(opts: AwsProviderOptions = {}): ProviderFactory {
         poller.start();
       },
       stop: async () => {
-        await Promise.all([pricing.stop(), poller?.stop()]);
+        await Promise.all([pricing.stop(), poller?.stop(), health?.stop()]);
         poller = undefined;
         queue?.close();
         queue = undefined;

@@ -67,7 +67,8 @@ export class LifecycleEnv {
   /** deps.registry: default a registry without the Node.js process metrics. */
   async startManager(
     overrides: Partial<ManagerConfig> = {},
-    deps: Pick<ManagerDeps, 'wrapInformerClient' | 'registry' | 'providers'> = {},
+    deps: Pick<ManagerDeps, 'wrapInformerClient' | 'registry' | 'providers'> &
+      Partial<Pick<ManagerDeps, 'logger'>> = {},
   ): Promise<Manager> {
     const manager = new Manager(this.config(overrides), {
       logger: testLogger().child({ component: 'manager' }),

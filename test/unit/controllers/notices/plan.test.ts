@@ -36,6 +36,15 @@ const stopped: VmNotice = {
   sentAt: NOW - 2_000,
 };
 
+const impaired: VmNotice = {
+  kind: VmNoticeKind.Impaired,
+  providerID: 'aws:///eu-west-1/i-0123456789abcdef0',
+  reason: 'InstanceImpaired',
+  message:
+    'EC2 reports instance i-0123456789abcdef0 impaired: system status check impaired (reachability) since 2026-11-21T09:50:00Z; impaired for longer than 5m0s (--aws-impaired-timeout)',
+  sentAt: NOW,
+};
+
 const node = (conditions: NonNullable<Node['status']>['conditions'] = []): Node => ({
   metadata: { name: 'n1' },
   status: { conditions },
@@ -183,6 +192,36 @@ const cases: Case[] = [
     notice: stopped,
     want: { outcome: 'acted', annotations: undefined },
   },
+  {
+    name: 'impaired for longer than the timeout: Failed at once, its drain forced from now',
+    m: machine('a', { owner: ms }),
+    notice: impaired,
+    want: { outcome: 'acted', annotations: { [DEADLINE]: iso(NOW) }, deleteMachine: undefined },
+  },
+  {
+    name: 'impaired while being deleted: ignored (the deletion replaces the instance anyway)',
+    m: machine('a', { owner: ms, deleting: true }),
+    notice: impaired,
+    want: { outcome: 'ignored' },
+  },
+  {
+    name: 'impaired again, the next poll: Failed with the deadline already, a duplicate',
+    m: machine('a', { owner: ms, phase: 'Failed', annotations: { [DEADLINE]: iso(NOW - 60_000) } }),
+    notice: impaired,
+    want: { outcome: 'duplicate' },
+  },
+  {
+    name: 'impaired, a machine Failed by the health timeout already: only the deadline, to force its drain',
+    m: machine('a', { owner: ms, phase: 'Failed' }),
+    notice: impaired,
+    want: { outcome: 'acted', annotations: { [DEADLINE]: iso(NOW) }, fail: undefined },
+  },
+  {
+    name: 'impaired, the annotation written but not the phase (a restart between the writes): Failed',
+    m: machine('a', { owner: ms, annotations: { [DEADLINE]: iso(NOW - 60_000) } }),
+    notice: impaired,
+    want: { outcome: 'acted', annotations: undefined },
+  },
 ];
 
 describe('notices about VMs: what to record on the machine (planNotice)', () => {
@@ -204,6 +243,18 @@ describe('notices about VMs: what to record on the machine (planNotice)', () => 
     expect(plan.fail).to.deep.include({ type: 'HealthCheck', state: 'Failed' });
     expect(plan.fail?.description).to.contain('stopped').and.to.contain('did not ask for');
     expect(plan.event).to.deep.include({ type: 'Warning', reason: 'InstanceStopped' });
+  });
+
+  it('fails an impaired machine with a health-check operation naming the check and since when, without saying the manager did not ask for it', () => {
+    const plan = planNotice(machine('a', { owner: ms }), impaired, NOW, undefined);
+    if (plan.outcome !== 'acted') expect.fail(`outcome ${plan.outcome}`);
+    expect(plan.fail).to.deep.include({ type: 'HealthCheck', state: 'Failed' });
+    expect(plan.fail?.description).to.equal(`${impaired.message}: machine a is marked Failed to be replaced`);
+    expect(plan.event).to.deep.include({
+      type: 'Warning',
+      reason: 'InstanceImpaired',
+      message: plan.fail?.description,
+    });
   });
 
   it('sets the RebalanceRecommended condition True with the notice as reason and message', () => {

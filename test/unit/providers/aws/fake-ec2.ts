@@ -146,6 +146,11 @@ export class FakeEc2 implements Ec2Api {
     return Promise.reject(new Error('the driver asked for spot prices'));
   }
 
+  /** Nor for status checks (the provider's health poll does, in the background). */
+  describeInstanceStatus(): Promise<never> {
+    return Promise.reject(new Error('the driver asked for instance status checks'));
+  }
+
   destroyed = 0;
   destroy(): void {
     this.destroyed++;

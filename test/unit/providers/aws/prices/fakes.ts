@@ -94,6 +94,9 @@ export class FakeSpotEc2 implements Ec2Api {
   assignIpv6Addresses(): Promise<never> {
     return this.refuse('AssignIpv6Addresses');
   }
+  describeInstanceStatus(): Promise<never> {
+    return this.refuse('DescribeInstanceStatus');
+  }
   destroy(): void {
     this.destroyed++;
   }

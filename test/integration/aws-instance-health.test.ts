@@ -1,0 +1,330 @@
+// Instance health without a queue, end to end: the whole manager against a real kube-apiserver, kwok
+// playing the kubelets of the emulated instances, and moto's EC2 behind the fault proxy. moto
+// reports every running instance's status checks `ok` and cannot be told otherwise, so the proxy
+// rewrites its DescribeInstanceStatus answers to report chosen instances `impaired`, as EC2 does
+// when a reachability check fails. Short interval and timeout through the manager's own flags.
+
+import { expect } from 'chai';
+
+import { MachineResource, type Machine } from '../../lib/api/types.js';
+import { CoreResources } from '../../lib/kube/resources.js';
+import type { CoreEvent, Node } from '../../lib/kube/types.js';
+import { CapturingLogger } from '../../lib/observability/logger.js';
+import { Ec2KubeletSimulator } from '../harness/ec2kubelet.js';
+import { Ec2FaultProxy, impairedStatus } from '../harness/ec2proxy.js';
+import {
+  CLUSTER_TAG,
+  REGION,
+  applySampleClass,
+  instanceIdOf,
+  provisionCloud,
+  taggedInstances,
+  type Ec2Cloud,
+} from '../harness/ec2cloud.js';
+import { startMoto, type Moto } from '../harness/moto.js';
+import { LifecycleEnv, NS, phaseOf } from './env/lifecycle.js';
+import { unlessNotFound, until } from './env/until.js';
+import { watchEvents } from './env/watch.js';
+
+/** --aws-instance-status-interval and --aws-impaired-timeout of the manager under test. */
+const INTERVAL_MS = 1_000;
+const TIMEOUT_MS = 6_000;
+const APP = 'health';
+
+const isReady = (n: Node): boolean =>
+  n.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+/** Every machine of the app: created, deleted, each one's phases and when each was first Failed. */
+class MachineLog {
+  readonly created = new Set<string>();
+  readonly deleted = new Set<string>();
+  readonly phases = new Map<string, Set<string>>();
+  readonly failedAt = new Map<string, number>();
+  readonly failedOperation = new Map<string, string>();
+  private stop: (() => Promise<void>) | undefined;
+
+  async start(env: LifecycleEnv): Promise<void> {
+    const seen = (m: Machine): void => {
+      const name = m.metadata.name ?? '';
+      const set = this.phases.get(name) ?? new Set<string>();
+      set.add(phaseOf(m));
+      this.phases.set(name, set);
+      if (phaseOf(m) === 'Failed' && !this.failedAt.has(name)) {
+        this.failedAt.set(name, Date.now());
+        this.failedOperation.set(name, m.status?.lastOperation?.description ?? '');
+      }
+    };
+    this.stop = await watchEvents<Machine>(
+      env.client,
+      NS,
+      MachineResource,
+      { labelSelector: `app=${APP}` },
+      (ev) => {
+        const name = ev.object.metadata.name ?? '';
+        if (ev.type === 'ADDED') this.created.add(name);
+        if (ev.type === 'DELETED') this.deleted.add(name);
+        else seen(ev.object);
+      },
+      (items) => {
+        items.forEach(seen);
+      },
+    );
+  }
+
+  async close(): Promise<void> {
+    await this.stop?.();
+  }
+}
+
+describe('AWS instance health without a queue (real kube-apiserver and kwok; moto EC2 behind the fault proxy)', function () {
+  this.timeout(180_000);
+  let moto: Moto;
+  let proxy: Ec2FaultProxy;
+  let env: LifecycleEnv;
+  let cloud: Ec2Cloud;
+  let kubelet: Ec2KubeletSimulator;
+  const logger = new CapturingLogger();
+  const saved = process.env.AWS_ENDPOINT_URL_EC2;
+
+  before(async () => {
+    moto = await startMoto();
+    proxy = new Ec2FaultProxy(moto.endpoint);
+    process.env.AWS_ENDPOINT_URL_EC2 = await proxy.start();
+    cloud = await provisionCloud(moto.endpoint);
+    env = await LifecycleEnv.start({ kwok: true });
+    kubelet = new Ec2KubeletSimulator({
+      endpoint: moto.endpoint,
+      region: REGION,
+      clusterTag: CLUSTER_TAG,
+      client: env.client,
+    });
+    kubelet.watch(proxy);
+    kubelet.start();
+    // The production providers, configured by the flags (no interruption queue).
+    await env.startManager(
+      { awsInstanceStatusIntervalMs: INTERVAL_MS, awsImpairedTimeoutMs: TIMEOUT_MS },
+      { logger },
+    );
+    await applySampleClass(env.client, cloud, NS, APP);
+    await env.createDeployment(APP, 4, APP);
+  });
+
+  after(async () => {
+    await env.stop();
+    await kubelet.stop();
+    cloud.ec2.destroy();
+    cloud.iam.destroy();
+    await proxy.stop();
+    await moto.stop();
+    if (saved === undefined) Reflect.deleteProperty(process.env, 'AWS_ENDPOINT_URL_EC2');
+    else process.env.AWS_ENDPOINT_URL_EC2 = saved;
+  });
+
+  afterEach(() => {
+    proxy.clearRules();
+  });
+
+  /** The running manager's value of a metric: the sum of its series with these labels. */
+  async function metric(name: string, labels: Record<string, string> = {}): Promise<number> {
+    const m = await env.manager?.registry.getSingleMetric(name)?.get();
+    return (m?.values ?? [])
+      .filter((x) => Object.entries(labels).every(([k, want]) => x.labels[k] === want))
+      .reduce((sum, x) => sum + x.value, 0);
+  }
+
+  /** The machines of the app, all Running, each with a Ready Node of its instance. */
+  async function runningFleet(n: number): Promise<Machine[] | undefined> {
+    const machines = (await env.machines(APP)).filter((m) => m.metadata.deletionTimestamp === undefined);
+    if (machines.length !== n || !machines.every((m) => phaseOf(m) === 'Running')) return undefined;
+    const nodes = new Map((await env.nodes()).map((node) => [node.metadata.name ?? '', node]));
+    for (const m of machines) {
+      const node = nodes.get(m.metadata.labels?.node ?? '');
+      if (node === undefined || !isReady(node)) return undefined;
+      if (instanceIdOf(node.spec?.providerID ?? '') !== instanceIdOf(m.spec?.providerID ?? ''))
+        return undefined;
+    }
+    return machines;
+  }
+
+  const gone = async (name: string): Promise<boolean> =>
+    (await unlessNotFound(env.client.get(MachineResource, name, NS))) === undefined;
+
+  async function eventsOf(name: string): Promise<CoreEvent[]> {
+    const events = await env.client.list<CoreEvent>(CoreResources.events, { namespace: NS });
+    return events.items.filter((e) => e.involvedObject.name === name);
+  }
+
+  const idOf = (m: Machine): string => instanceIdOf(m.spec?.providerID ?? '');
+
+  it('a poll answered UnauthorizedOperation is logged and counted, and the next poll works', async () => {
+    await until('4 Running machines with Ready nodes', () => runningFleet(4), 120_000);
+    await until(
+      'a first successful poll',
+      async () => (await metric('mcm_aws_instance_status_polls_total', { outcome: 'ok' })) > 0,
+      30_000,
+    );
+    const unauthorizedBefore = await metric('mcm_aws_instance_status_polls_total', {
+      outcome: 'unauthorized',
+    });
+    proxy.rule({
+      action: 'DescribeInstanceStatus',
+      times: 1,
+      error: {
+        status: 403,
+        code: 'UnauthorizedOperation',
+        message: 'You are not authorized to perform this operation.',
+      },
+    });
+    await until(
+      'an unauthorized poll counted',
+      async () =>
+        (await metric('mcm_aws_instance_status_polls_total', { outcome: 'unauthorized' })) >
+        unauthorizedBefore,
+      15_000,
+    );
+    const okAfter = await metric('mcm_aws_instance_status_polls_total', { outcome: 'ok' });
+    await until(
+      'a successful poll after it',
+      async () => (await metric('mcm_aws_instance_status_polls_total', { outcome: 'ok' })) > okAfter,
+      15_000,
+    );
+    const warned = logger.lines.filter((l) => l.level === 'warn' && l.fields.component === 'instance-status');
+    expect(warned, 'one warning').to.have.length(1);
+    expect(warned[0]?.msg).to.contain('not allowed');
+    expect(warned[0]?.fields).to.deep.include({ needs: 'ec2:DescribeInstanceStatus' });
+    expect(String(warned[0]?.fields.error)).to.contain('UnauthorizedOperation');
+    expect(
+      logger.lines.some((l) => l.level === 'info' && l.msg.includes('works again')),
+      'the recovery logged',
+    ).to.equal(true);
+  });
+
+  it('instances whose status checks EC2 reports impaired for longer than the timeout: their machines are marked Failed with the check and since when, and replaced by their MachineSet; the others untouched', async () => {
+    const fleet = await until('4 Running machines with Ready nodes', () => runningFleet(4), 120_000);
+    const [fresh, old, ...others] = fleet;
+    if (fresh === undefined || old === undefined) throw new Error('no machines');
+    const log = new MachineLog();
+    await log.start(env);
+    const actedBefore = await metric('mcm_aws_impaired_instance_notices_total', { outcome: 'acted' });
+
+    // `fresh`: its system check fails now, EC2 gives no ImpairedSince (the clock starts at the
+    // poll that first sees it). `old`: its instance check has failed for 10 minutes by EC2's word.
+    const impairedAt = Date.now();
+    const oldSince = new Date(impairedAt - 600_000);
+    proxy.rule({
+      action: 'DescribeInstanceStatus',
+      rewrite: (xml) =>
+        impairedStatus(
+          impairedStatus(xml, new Set([idOf(fresh)]), { checks: ['systemStatus'] }),
+          new Set([idOf(old)]),
+          { checks: ['instanceStatus'], since: oldSince },
+        ),
+    });
+    const freshName = fresh.metadata.name ?? '';
+    const oldName = old.metadata.name ?? '';
+    await until(
+      `${freshName} and ${oldName} deleted and 4 Running machines again`,
+      async () => (await gone(freshName)) && (await gone(oldName)) && runningFleet(4),
+      90_000,
+    );
+    await log.close();
+
+    const oldFailed = log.failedAt.get(oldName) ?? Infinity;
+    const freshFailed = log.failedAt.get(freshName) ?? Infinity;
+    expect(oldFailed - impairedAt, 'EC2’s ImpairedSince counts: failed at the first polls').to.be.below(
+      TIMEOUT_MS,
+    );
+    expect(freshFailed - impairedAt, 'the timeout from the first sight waited for').to.be.at.least(
+      TIMEOUT_MS,
+    );
+    expect(freshFailed - impairedAt, 'not much later than the timeout').to.be.below(TIMEOUT_MS + 10_000);
+    expect(log.failedOperation.get(freshName)).to.match(
+      /system status check impaired \(reachability\), seen impaired since .*longer than 6s.*marked Failed/,
+    );
+    expect(log.failedOperation.get(oldName)).to.contain(
+      `instance status check impaired (reachability) since ${oldSince.toISOString().replace(/\.\d{3}Z$/, 'Z')}`,
+    );
+    for (const name of [freshName, oldName]) {
+      const events = await eventsOf(name);
+      expect(
+        events.map((e) => e.reason),
+        name,
+      ).to.include('InstanceImpaired');
+    }
+    // moto hands a terminated instance's private IP to the next instance at once: a replacement
+    // launched right after the termination can come up with the old node's name, and the manager
+    // then fails it as a VM using an old node (as gardener does) and the MachineSet creates another.
+    const replacements = [...log.created].filter((n) => !log.deleted.has(n));
+    expect(replacements, 'one replacement each').to.have.length(2);
+    for (const n of log.created) {
+      if (!log.deleted.has(n)) continue;
+      expect(log.failedOperation.get(n), `${n}, a replacement, deleted only for a reused node name`).to.match(
+        /already exists for another machine/,
+      );
+    }
+    for (const m of others) {
+      const name = m.metadata.name ?? '';
+      expect(log.deleted.has(name), `${name} not deleted`).to.equal(false);
+      expect([...(log.phases.get(name) ?? [])], `${name} only Running`).to.deep.equal(['Running']);
+    }
+    expect(
+      (await metric('mcm_aws_impaired_instance_notices_total', { outcome: 'acted' })) - actedBefore,
+    ).to.equal(2);
+    const instances = await taggedInstances(cloud.ec2);
+    for (const id of [idOf(fresh), idOf(old)]) {
+      expect(instances.find((i) => i.InstanceId === id)?.State?.Name, `${id} terminated`).to.equal(
+        'terminated',
+      );
+    }
+    // The replaced instances are gone from the answers: nothing is impaired any more.
+    await until(
+      'no impaired instance',
+      async () => (await metric('mcm_aws_impaired_instances')) === 0,
+      10_000,
+    );
+  });
+
+  it('an instance impaired for less than the timeout, twice, with an ok poll between: nothing happens, the clock starts again', async () => {
+    const fleet = await until('4 Running machines with Ready nodes', () => runningFleet(4), 120_000);
+    const victim = fleet[0];
+    if (victim === undefined) throw new Error('no machine');
+    const name = victim.metadata.name ?? '';
+    const log = new MachineLog();
+    await log.start(env);
+    const noticesBefore = await metric('mcm_aws_impaired_instance_notices_total');
+
+    /** Reports the victim impaired for `ms` (the poll has seen it), then ok until a poll has seen that. */
+    async function impairFor(ms: number): Promise<void> {
+      const from = Date.now();
+      proxy.rule({
+        action: 'DescribeInstanceStatus',
+        rewrite: (xml) => impairedStatus(xml, new Set([idOf(victim as Machine)])),
+      });
+      await until(
+        'the poll sees it impaired',
+        async () => (await metric('mcm_aws_impaired_instances')) === 1,
+        5_000,
+      );
+      await sleep(Math.max(0, from + ms - Date.now()));
+      proxy.clearRules();
+      await until(
+        'the poll sees it ok',
+        async () => (await metric('mcm_aws_impaired_instances')) === 0,
+        5_000,
+      );
+    }
+    // 7 s impaired in all, more than the timeout, but never 6 s at a stretch.
+    await impairFor(3_500);
+    await impairFor(3_500);
+    // Past the timeout from the first impairment, with polls to act.
+    await sleep(3 * INTERVAL_MS);
+    await log.close();
+
+    expect(phaseOf(await env.client.get<Machine>(MachineResource, name, NS))).to.equal('Running');
+    expect(log.created.size, 'no replacement').to.equal(0);
+    expect([...(log.phases.get(name) ?? [])]).to.deep.equal(['Running']);
+    expect((await eventsOf(name)).map((e) => e.reason)).to.not.include('InstanceImpaired');
+    expect(await metric('mcm_aws_impaired_instance_notices_total'), 'no notice').to.equal(noticesBefore);
+  });
+});
