@@ -41,6 +41,7 @@ import {
   instanceIdOf,
   isLive,
   provisionCloud,
+  tagOf,
   taggedInstances,
   type Ec2Cloud,
 } from '../harness/ec2cloud.js';
@@ -425,9 +426,15 @@ describe('switching a fleet from gardener’s MCM v0.62.1 + AWS machine-controll
       expect(added[0]?.spec?.providerID ?? '').to.match(/^aws:\/\/\/eu-west-1\/i-/);
       await env.scale(APP, 3);
       await settled(3);
+      let seen = '';
       await until('the removed machine’s instance terminated', async () => {
         const all = await taggedInstances(cloud.ec2);
+        seen = all
+          .map((i) => `${i.InstanceId ?? ''} ${i.State?.Name ?? ''} Name=${tagOf(i, 'Name') ?? ''}`)
+          .join('; ');
         return all.filter((i) => i.State?.Name === 'terminated').length === 1;
+      }).catch((err: unknown) => {
+        throw new Error(`${err instanceof Error ? err.message : String(err)} (instances: ${seen})`);
       });
       expect((await fleet()).machineSets, 'MachineSets').to.deep.equal(sets);
     });
