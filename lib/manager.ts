@@ -323,6 +323,33 @@ export class Manager {
       recorder,
     };
     const identity = defaultIdentity();
+    // gardener's provider machine-controller (a sidecar left from a switch, or the old pod of a
+    // chart upgrade from the sidecar split) campaigns for its own Lease, not ours: the leader holds
+    // that one too before its controllers run, so the two never manage the Machines at once. Every
+    // replica observes it from the start and takes it only once it leads: after a crashed leader's
+    // Lease has expired, the one it held beside it has too, and the new leader takes it at once.
+    const guard = this.machineControllerLease();
+    let guardElector: LeaderElector | undefined;
+    if (guard !== undefined) {
+      this.guardAbort = new AbortController();
+      guardElector = new LeaderElector({
+        ...timing,
+        identity,
+        name: guard,
+        mayAcquire: () => this.leading && !this.stopping,
+        onStartedLeading: () => {
+          if (!this.leading || this.stopping) return;
+          this.lead();
+        },
+        onStoppedLeading: () => {
+          if (this.stopping || !this.leading) return;
+          this.fence?.revoke(`the ${guard} Lease was lost`);
+          this.leading = false;
+          this.loseLeadership(`the ${guard} Lease was lost`);
+        },
+      });
+      this.guardElection = guardElector.run(this.guardAbort.signal);
+    }
     const elector = new LeaderElector({
       ...timing,
       identity,
@@ -330,39 +357,24 @@ export class Manager {
       name: this.config.leaderElectResourceName,
       onStartedLeading: () => {
         this.leading = true;
-        const guard = this.machineControllerLease();
-        if (guard === undefined) {
+        if (guardElector === undefined) {
           this.lead();
           return;
         }
-        // gardener's provider machine-controller (a sidecar left from a switch, or beside a
-        // manager that runs every controller) campaigns for its own Lease, not ours: hold it too,
-        // so that it and our machine controller never both manage the Machines.
-        this.guardAbort = new AbortController();
-        let waiting = false;
-        const guardElector = new LeaderElector({
-          ...timing,
-          identity,
-          name: guard,
-          onNewLeader: (holder) => {
-            if (holder === identity || holder === '' || waiting) return;
-            waiting = true;
-            this.log.warn(
-              'another machine-controller holds its Lease (gardener’s provider machine-controller?): the controllers wait for it',
-              { lease: `${this.config.namespace}/${guard}`, holder },
-            );
+        guardElector.nudge();
+        // Still waiting after a lease duration and a retry: someone else holds it and renews.
+        const waitMs = this.config.leaderElectLeaseDurationMs + 2 * this.config.leaderElectRetryPeriodMs;
+        void this.clock.sleep(waitMs, this.electionAbort?.signal).then(
+          () => {
+            if (this.leading && !this.stopping && !guardElector.isLeader()) {
+              this.log.warn(
+                'another machine-controller holds its Lease (gardener’s provider machine-controller?): the controllers wait until it lets go',
+                { lease: `${this.config.namespace}/${guard ?? ''}`, holder: guardElector.holder() },
+              );
+            }
           },
-          onStartedLeading: () => {
-            if (!this.leading || this.stopping) return;
-            this.lead();
-          },
-          onStoppedLeading: () => {
-            if (this.stopping || !this.leading) return;
-            this.fence?.revoke(`the ${guard} Lease was lost`);
-            this.loseLeadership(`the ${guard} Lease was lost`);
-          },
-        });
-        this.guardElection = guardElector.run(this.guardAbort.signal);
+          () => undefined,
+        );
       },
       onStoppedLeading: () => {
         this.leading = false;
