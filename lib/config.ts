@@ -40,6 +40,12 @@ export interface ManagerConfig {
   leaderElectResourceLock: 'leases';
   /** Lease name (addition; MCM hard-codes it). */
   leaderElectResourceName: string;
+  /**
+   * The Lease gardener's provider machine-controller campaigns for (its default name). The leader
+   * holds it too while it runs the machine controller, so the two never manage Machines at once;
+   * '' holds none (addition).
+   */
+  machineControllerLeaseName: string;
   address: string;
   port: number;
   verbosity: number;
@@ -119,6 +125,7 @@ export const defaultConfig: ManagerConfig = {
   leaderElectRetryPeriodMs: 2_000,
   leaderElectResourceLock: 'leases',
   leaderElectResourceName: 'machine-controller-manager',
+  machineControllerLeaseName: 'machine-controller',
   address: '0.0.0.0',
   port: 10258,
   verbosity: 2,
@@ -279,6 +286,10 @@ const flags: Record<string, { help: string; set: Setter; boolean?: true }> = {
   'leader-elect-resource-name': {
     help: 'name of the Lease (in --namespace)',
     set: (c, v) => (c.leaderElectResourceName = v),
+  },
+  'machine-controller-lease-name': {
+    help: "with --leader-elect and the machine controller: the leader also holds this Lease (gardener's provider machine-controller's) before its controllers start, so a gardener machine-controller beside it and our machine controller never both run ('' holds none)",
+    set: (c, v) => (c.machineControllerLeaseName = v),
   },
   address: { help: 'bind address of the metrics/health HTTP server', set: (c, v) => (c.address = v) },
   port: {
@@ -513,6 +524,7 @@ const FLAG_GROUPS: [string, string[]][] = [
       'leader-elect-retry-period',
       'leader-elect-resource-lock',
       'leader-elect-resource-name',
+      'machine-controller-lease-name',
     ],
   ],
   [

@@ -22,7 +22,7 @@ import { KubeConfig, type KubeConfigSource } from './kube/kubeconfig.js';
 import { RealClock, type Clock } from './kube/clock.js';
 import { NotFoundError, errorMessage, isTransient } from './kube/errors.js';
 import { KubeEventRecorder, type EventRecorder } from './kube/events.js';
-import { LeaderElector } from './kube/leaderelection.js';
+import { LeaderElector, defaultIdentity } from './kube/leaderelection.js';
 import { LeaseFence } from './kube/fence.js';
 import { ObservabilityServer, readiness } from './observability/http.js';
 import type { Logger } from './observability/logger.js';
@@ -168,6 +168,9 @@ export class Manager {
   private controllers: Runnable[] = [];
   private electionAbort: AbortController | undefined;
   private election: Promise<void> | undefined;
+  /** The campaign for gardener's machine-controller Lease (see machineControllerLease()). */
+  private guardAbort: AbortController | undefined;
+  private guardElection: Promise<void> | undefined;
   private grpc: AutoscalerServer | undefined;
   /** The provider-side safety of this replica (while it runs the controllers). */
   private safety: ProviderSafety | undefined;
@@ -318,11 +321,9 @@ export class Manager {
     }
     this.electionAbort = new AbortController();
     const recorder = this.recorderFor(EventSource.MachineControllerManager);
-    const elector = new LeaderElector({
+    const timing = {
       client: this.leaseClient,
-      fence: this.fence,
       namespace: this.config.namespace,
-      name: this.config.leaderElectResourceName,
       leaseDurationMs: this.config.leaderElectLeaseDurationMs,
       renewDeadlineMs: this.config.leaderElectRenewDeadlineMs,
       retryPeriodMs: this.config.leaderElectRetryPeriodMs,
@@ -330,47 +331,124 @@ export class Manager {
       logger: this.log,
       registry: this.registry,
       recorder,
+    };
+    const identity = defaultIdentity();
+    // gardener's provider machine-controller (a sidecar left from a switch, or the old pod of a
+    // chart upgrade from the sidecar split) campaigns for its own Lease, not ours: the leader holds
+    // that one too before its controllers run, so the two never manage the Machines at once. Every
+    // replica observes it from the start and takes it only once it leads: after a crashed leader's
+    // Lease has expired, the one it held beside it has too, and the new leader takes it at once.
+    const guard = this.machineControllerLease();
+    let guardElector: LeaderElector | undefined;
+    if (guard !== undefined) {
+      this.guardAbort = new AbortController();
+      guardElector = new LeaderElector({
+        ...timing,
+        identity,
+        name: guard,
+        mayAcquire: () => this.leading && !this.stopping,
+        onStartedLeading: () => {
+          if (!this.leading || this.stopping) return;
+          this.lead();
+        },
+        onStoppedLeading: () => {
+          if (this.stopping || !this.leading) return;
+          this.fence?.revoke(`the ${guard} Lease was lost`);
+          this.leading = false;
+          this.loseLeadership(`the ${guard} Lease was lost`);
+        },
+      });
+      this.guardElection = guardElector.run(this.guardAbort.signal);
+    }
+    const elector = new LeaderElector({
+      ...timing,
+      identity,
+      fence: this.fence,
+      name: this.config.leaderElectResourceName,
       onStartedLeading: () => {
         this.leading = true;
-        try {
-          this.runControllers();
-        } catch (err) {
-          this.log.error('starting controllers failed', { err });
-          this.deps.onLeadershipLost?.();
+        if (guardElector === undefined) {
+          this.lead();
           return;
         }
-        // Only the leader serves the autoscaler: a standby's view may be stale and its writes are
-        // fenced, so it does not listen at all and the autoscaler's connection lands on the leader.
-        this.startGrpc().catch((err: unknown) => {
-          this.log.error('starting the externalgrpc server failed', { err });
-          this.deps.onLeadershipLost?.();
-        });
+        guardElector.nudge();
+        // Still waiting after a lease duration and a retry: someone else holds it and renews.
+        const waitMs = this.config.leaderElectLeaseDurationMs + 2 * this.config.leaderElectRetryPeriodMs;
+        void this.clock.sleep(waitMs, this.electionAbort?.signal).then(
+          () => {
+            if (this.leading && !this.stopping && !guardElector.isLeader()) {
+              this.log.warn(
+                'another machine-controller holds its Lease (gardener’s provider machine-controller?): the controllers wait until it lets go',
+                { lease: `${this.config.namespace}/${guard ?? ''}`, holder: guardElector.holder() },
+              );
+            }
+          },
+          () => undefined,
+        );
       },
       onStoppedLeading: () => {
         this.leading = false;
+        this.guardAbort?.abort();
         if (this.stopping) return;
-        // Losing the lease means another replica may already act. No write leaves any more (the
-        // fence is closed); give the controllers a moment to wind down, then let the process exit
-        // (as MCM does) so it restarts as a clean candidate.
-        this.log.error('leadership lost, stopping controllers');
-        const stopped = Promise.all([this.grpc?.stop(0), this.stopControllers()]);
-        void Promise.race([stopped, this.clock.sleep(LOST_LEADERSHIP_STOP_MS)])
-          .catch((err: unknown) => {
-            this.log.warn('stopping after the loss of leadership failed', { err });
-          })
-          .finally(() => this.deps.onLeadershipLost?.());
+        this.loseLeadership('leadership lost');
       },
     });
     this.election = elector.run(this.electionAbort.signal);
+  }
+
+  /**
+   * The second Lease the leader holds before its controllers run: gardener's provider
+   * machine-controller's, when this manager runs the machine controller (--machine-controller-lease-name).
+   */
+  private machineControllerLease(): string | undefined {
+    const name = this.config.machineControllerLeaseName;
+    if (name === '' || !this.config.controllers.includes('machine')) return undefined;
+    return name;
+  }
+
+  /** With every Lease held: the controllers, then the autoscaler's server. */
+  private lead(): void {
+    try {
+      this.runControllers();
+    } catch (err) {
+      this.log.error('starting controllers failed', { err });
+      this.deps.onLeadershipLost?.();
+      return;
+    }
+    // Only the leader serves the autoscaler: a standby's view may be stale and its writes are
+    // fenced, so it does not listen at all and the autoscaler's connection lands on the leader.
+    this.startGrpc().catch((err: unknown) => {
+      this.log.error('starting the externalgrpc server failed', { err });
+      this.deps.onLeadershipLost?.();
+    });
+  }
+
+  /**
+   * Losing a Lease means another process may already act. No write leaves any more (the leader's
+   * fence is revoked); give the controllers a moment to wind down, then let the process exit (as MCM
+   * does) so it restarts as a clean candidate.
+   */
+  private loseLeadership(why: string): void {
+    this.log.error(`${why}, stopping controllers`);
+    this.guardAbort?.abort();
+    const stopped = Promise.all([this.grpc?.stop(0), this.stopControllers()]);
+    void Promise.race([stopped, this.clock.sleep(LOST_LEADERSHIP_STOP_MS)])
+      .catch((err: unknown) => {
+        this.log.warn('stopping after the loss of leadership failed', { err });
+      })
+      .finally(() => this.deps.onLeadershipLost?.());
   }
 
   private isStopping(): boolean {
     return this.stopping;
   }
 
-  /** Whether this manager runs the controllers (always, without leader election). */
+  /**
+   * Whether this manager runs the controllers: without leader election always, with it once it
+   * holds its Lease (and gardener's machine-controller Lease, see machineControllerLease()).
+   */
   isLeading(): boolean {
-    return this.config.leaderElect ? this.leading : this.running;
+    return this.config.leaderElect ? this.leading && this.running : this.running;
   }
 
   recorderFor(component: string): EventRecorder {
@@ -581,6 +659,8 @@ export class Manager {
     // Events still queued are sent while this process may write.
     await Promise.all(this.recorders.map((r) => r.stop()));
     // Releases the Lease (releaseOnCancel) so a standby replica takes over at once.
+    this.guardAbort?.abort();
+    await this.guardElection;
     this.electionAbort?.abort();
     await this.election;
     this.fence?.revoke('the manager stopped');

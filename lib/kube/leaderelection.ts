@@ -40,6 +40,12 @@ export interface LeaderElectionOptions {
   onStoppedLeading: () => void;
   /** Called whenever the observed leader changes (including to ourselves). */
   onNewLeader?: (identity: string) => void;
+  /**
+   * Whether this candidate may take the Lease now (default: always). While it may not, it only
+   * observes the Lease, so that once it may, a holder that stopped renewing long ago is replaced
+   * at once instead of after a lease duration of observing; nudge() ends the wait between attempts.
+   */
+  mayAcquire?: () => boolean;
 }
 
 /** Defaults of gardener MCM (and client-go components). */
@@ -80,6 +86,8 @@ export class LeaderElector {
   private lastLeader = '';
   /** Monotonic time at which the last successful acquisition or renewal was sent. */
   private provedAt = 0;
+  /** Ends the current wait between two attempts to acquire (see nudge()). */
+  private wake: AbortController | undefined;
 
   constructor(private readonly opts: LeaderElectionOptions) {
     this.identity = opts.identity ?? defaultIdentity();
@@ -112,6 +120,16 @@ export class LeaderElector {
 
   isLeader(): boolean {
     return this.leading;
+  }
+
+  /** The holder of the Lease as last read ('' when free or not read yet). */
+  holder(): string {
+    return this.observedHolder();
+  }
+
+  /** Tries to acquire at once instead of after the current wait (mayAcquire() just turned true). */
+  nudge(): void {
+    this.wake?.abort();
   }
 
   /**
@@ -182,7 +200,11 @@ export class LeaderElector {
       let delay = this.retryPeriod * (1 + 0.2 * Math.random());
       const expiresIn = this.expiresInMs();
       if (expiresIn !== undefined && expiresIn >= 0 && expiresIn < delay) delay = expiresIn + 10;
-      if (!(await this.sleep(delay, signal))) return false;
+      this.wake = new AbortController();
+      const linked = linkSignals(signal, this.wake.signal);
+      await this.sleep(delay, linked.signal);
+      linked.dispose();
+      this.wake = undefined;
     }
     return false;
   }
@@ -263,6 +285,7 @@ export class LeaderElector {
         this.log.debug('reading the lease failed', { err });
         return false;
       }
+      if (this.opts.mayAcquire?.() === false) return false;
       const lease: Lease = {
         apiVersion: 'coordination.k8s.io/v1',
         kind: 'Lease',
@@ -292,6 +315,7 @@ export class LeaderElector {
     const duration = (spec.leaseDurationSeconds ?? leaseSeconds) * 1000;
     const observedAt = this.observed?.at ?? this.clock.monotonic();
     if (heldByOther && observedAt + duration > this.clock.monotonic()) return false;
+    if (holder !== this.identity && this.opts.mayAcquire?.() === false) return false;
 
     const next: Lease = structuredClone(current);
     const transitions = spec.leaseTransitions ?? 0;

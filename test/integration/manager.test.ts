@@ -147,7 +147,9 @@ describe('manager: two replicas with leader election against a real kube-apiserv
     const ports = [await freePort(), await freePort()];
     const [a, b] = ports.map((port) =>
       newManager({
+        // Leases of their own: the first test's replicas still run (and hold theirs).
         leaderElectResourceName: 'mcm-grpc-leader',
+        machineControllerLeaseName: 'mcm-grpc-machine-controller',
         grpcAddress: `127.0.0.1:${port}`,
         grpcInsecure: true,
       }),

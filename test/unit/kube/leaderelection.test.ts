@@ -94,6 +94,40 @@ describe('LeaderElector (fake API, fake clock)', () => {
     await b.done;
   });
 
+  it('a candidate that may not acquire only observes (a free Lease too); once it may, nudged, it takes an expired Lease at once', async () => {
+    const a = candidate('a', { releaseOnCancel: false });
+    await clock.advance(1000);
+    expect(a.elector.isLeader()).to.equal(true);
+    const gate = { open: false };
+    const b = candidate('b', { mayAcquire: () => gate.open });
+    a.abort.abort(); // a crash: the Lease is not released
+    await clock.advance(1000);
+    await a.done;
+    await clock.advance(20_000); // well past the lease duration
+    expect(b.elector.isLeader(), 'not while it may not').to.equal(false);
+    expect(holder()).to.equal('a');
+    expect(b.elector.holder()).to.equal('a');
+    gate.open = true;
+    b.elector.nudge();
+    await clock.advance(10);
+    expect(b.elector.isLeader(), 'at once: it observed the Lease for longer than its duration').to.equal(
+      true,
+    );
+    b.abort.abort();
+    await clock.advance(3000);
+    await b.done;
+
+    // A free Lease is not created by a candidate that may not acquire.
+    api = new FakeKube();
+    const c = candidate('c', { mayAcquire: () => false });
+    await clock.advance(10_000);
+    expect(c.elector.isLeader()).to.equal(false);
+    expect(api.peek<Lease>(CoreResources.leases, 'mcm', 'default')).to.equal(undefined);
+    c.abort.abort();
+    await clock.advance(3000);
+    await c.done;
+  });
+
   it('releases the Lease on cancel so the follower takes over within one retry period', async () => {
     const a = candidate('a');
     await clock.advance(1000);
