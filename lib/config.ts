@@ -70,6 +70,12 @@ export interface ManagerConfig {
   nodeConditions: string[];
   bootstrapTokenAuthExtraGroups: string;
   resourceExhaustedRetryMs: number;
+  /** --interruption-drain-lead (addition). */
+  interruptionDrainLeadMs: number;
+  /** --launch-failure-backoff (addition): the first wait after a failed launch of a class. */
+  launchFailureBackoffMs: number;
+  /** --launch-failure-max-backoff (addition): the longest. */
+  launchFailureMaxBackoffMs: number;
   /** Addition: replacement budget per MachineDeployment, a count or a percentage. */
   maxUnhealthyReplacements: string;
   // ---- cluster-autoscaler externalgrpc server (additions) ----
@@ -146,6 +152,9 @@ export const defaultConfig: ManagerConfig = {
   nodeConditions: ['KernelDeadlock', 'ReadonlyFilesystem', 'DiskPressure', 'NetworkUnavailable'],
   bootstrapTokenAuthExtraGroups: '',
   resourceExhaustedRetryMs: 10 * 60_000,
+  interruptionDrainLeadMs: 30_000,
+  launchFailureBackoffMs: 30_000,
+  launchFailureMaxBackoffMs: 5 * 60_000,
   maxUnhealthyReplacements: '1',
   grpcAddress: '',
   grpcTlsCertFile: '',
@@ -392,6 +401,18 @@ const flags: Record<string, { help: string; set: Setter; boolean?: true }> = {
     help: 'retry period of a creation that failed for lack of cloud capacity (0 means 10m)',
     set: (c, v) => (c.resourceExhaustedRetryMs = parseDuration(v)),
   },
+  'interruption-drain-lead': {
+    help: "an interrupted machine (its VM about to go) is deleted, and its node's drain starts, once its replacement is available, or this long before its interruption deadline if the replacement is not available by then (0: at the deadline)",
+    set: (c, v) => (c.interruptionDrainLeadMs = parseDuration(v)),
+  },
+  'launch-failure-backoff': {
+    help: 'after a launch of a class fails (its VM stopped, ended or failed before its node joined), the next launch of that class waits this long, doubling with each failure in a row up to --launch-failure-max-backoff; the machines waiting report a creation error to the autoscaler (0: no back-off)',
+    set: (c, v) => (c.launchFailureBackoffMs = parseDuration(v)),
+  },
+  'launch-failure-max-backoff': {
+    help: 'the longest wait between launches of a class whose launches keep failing',
+    set: (c, v) => (c.launchFailureMaxBackoffMs = parseDuration(v)),
+  },
   'max-unhealthy-replacements': {
     help: 'machines of one MachineDeployment in replacement at once before another unhealthy machine is marked Failed: a count or a percentage of replicas (MCM: always 1); the annotation mcm-ts.io/max-unhealthy-replacements overrides it per deployment',
     set: (c, v, n) => {
@@ -544,6 +565,9 @@ const FLAG_GROUPS: [string, string[]][] = [
       'max-unhealthy-replacements',
       'node-conditions',
       'resource-exhausted-retry',
+      'launch-failure-backoff',
+      'launch-failure-max-backoff',
+      'interruption-drain-lead',
       'bootstrap-token-auth-extra-groups',
       'machine-inplace-update-timeout',
       'machine-preserve-timeout',

@@ -3,6 +3,7 @@ import type { Registry } from 'prom-client';
 import { EventSource } from './api/constants.js';
 import { MachineDeploymentResource } from './api/types.js';
 import { AutoscalerServer } from './autoscaler/server.js';
+import { discoverGroups } from './autoscaler/groups.js';
 import type { ManagerConfig } from './config.js';
 import { SharedInformers, type ControllerContext } from './controllers/context.js';
 import { MachineController } from './controllers/machine/controller.js';
@@ -558,6 +559,8 @@ export class Manager {
       nodeConditions: c.nodeConditions,
       bootstrapTokenAuthExtraGroups: c.bootstrapTokenAuthExtraGroups,
       resourceExhaustedRetryMs: c.resourceExhaustedRetryMs,
+      launchFailureBackoffMs: c.launchFailureBackoffMs,
+      launchFailureMaxBackoffMs: c.launchFailureMaxBackoffMs,
       maxUnhealthyReplacements: c.maxUnhealthyReplacements,
     };
   }
@@ -568,10 +571,12 @@ export class Manager {
     if (this.running || informers === undefined || this.stopping) return;
     this.running = true;
     const recorders = new Map<string, EventRecorder>();
+    const nodeGroups = this.config.nodeGroups;
     const ctx: ControllerContext = {
       client: this.client,
       target: this.target,
       namespace: this.config.namespace,
+      groupMaxOf: (mcd) => discoverGroups([mcd], nodeGroups).groups[0]?.max,
       informers,
       clock: this.clock,
       logger: this.log,
@@ -591,6 +596,7 @@ export class Manager {
         autoscalerScaleDownAnnotationDuringRollout: this.config.autoscalerScaleDownAnnotationDuringRollout,
         burstReplicas: 100,
         finalizeNewMachines: this.config.controllers.includes('machine'),
+        interruptionDrainLeadMs: this.config.interruptionDrainLeadMs,
       },
     };
     const workers = this.config.concurrentSyncs;

@@ -248,11 +248,28 @@ export const ExtensionAnnotation = {
    * On a Machine: its VM is about to go (a cloud interruption notice: an EC2 Spot interruption
    * warning, a scheduled retirement, or a stop or termination the manager did not ask for), RFC 3339.
    * The node's drain ends by then: pods still there are deleted without eviction. With the
-   * replacing annotation, its MachineSet creates the replacement and deletes the machine at once,
-   * without waiting for the replacement to become available. Written before the notice is
+   * replacing annotation, its MachineSet creates the replacement at once, one for one, and deletes
+   * the machine once the replacement is available or when the deadline is near
+   * (--interruption-drain-lead before it), whichever comes first. Written before the notice is
    * acknowledged to the cloud, so that a restart acts on it.
    */
   InterruptionDeadline: 'machine.mcm-ts.io/interruption-deadline',
+  /**
+   * On a Machine: its provider reported its VM failed (value: the notice's reason, e.g.
+   * InstanceStopped, InstanceTerminated, InstanceImpaired). The machine controller marks a joined
+   * machine Failed within its deployment's replacement budget (machines over the budget wait), and
+   * a machine still being created Failed at once as a failed launch (its class's launches then
+   * back off). Its node's drain is forced only when the node is not Ready (or the VM is gone: the
+   * interruption deadline).
+   */
+  VmFailure: 'machine.mcm-ts.io/vm-failure',
+  /**
+   * On a Machine: the cloud recommended moving off its VM (an EC2 rebalance recommendation), RFC
+   * 3339. With --aws-rebalance-as-interruption the MachineDeployment controller replaces such
+   * machines surge first, as voluntary disruption: within the deployment's disruption budget, its
+   * maxSurge and its autoscaler maximum.
+   */
+  RebalanceRecommended: 'machine.mcm-ts.io/rebalance-recommended',
 } as const;
 export type ExtensionAnnotation = ValueOf<typeof ExtensionAnnotation>;
 
@@ -313,6 +330,12 @@ export const TaintKey = {
   PreferNoSchedule: 'deployment.machine.sapcloud.io/prefer-no-schedule',
   /** NoSchedule on preserved failed nodes (instead of cordoning). */
   Preserved: 'node.machine.sapcloud.io/preserved',
+  /**
+   * NoSchedule on the node of a machine marked for replacement (value: why, the replacing
+   * annotation's value: expired, rebalance-recommended, interrupted), from the moment it is marked,
+   * so that no new pod lands on a node that is about to be drained. Removed if the mark is.
+   */
+  Disrupted: 'machine.mcm-ts.io/disrupted',
 } as const;
 export type TaintKey = ValueOf<typeof TaintKey>;
 
@@ -443,6 +466,8 @@ export const EventReason = {
   FailedDelete: 'FailedDelete',
   FrozeMachineSet: 'FrozeMachineSet',
   UnfrozeMachineSet: 'UnfrozeMachineSet',
+  /** On a machine being replaced that a pod on its node keeps (an addition of this implementation). */
+  DisruptionVetoed: 'DisruptionVetoed',
   // MachineDeployment
   ScalingMachineSet: 'ScalingMachineSet',
   MachineSetCreateError: 'MachineSetCreateError',

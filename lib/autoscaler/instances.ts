@@ -140,8 +140,9 @@ export function justReady(node: AnyNode | undefined, now: number, joined?: numbe
  * - Registered (isRegistered): its Node's providerID (what the autoscaler matches nodes by).
  * - Not registered: the placeholder id, Creating; a creation that failed for good carries error
  *   info so the autoscaler backs the group off in one loop: out of capacity (lastOperation
- *   Create/Failed with ResourceExhausted, while it is retried too) is OutOfResources, phase Failed
- *   anything else Other. Other failed attempts being retried carry none.
+ *   Create/Failed with ResourceExhausted, while it is retried too) is OutOfResources; phase Failed,
+ *   or a launch held because its class's launches keep failing (Create/Failed with
+ *   FailedPrecondition), is Other. Other failed attempts being retried carry none.
  * - Being deleted or marked: Deleting.
  */
 export function instanceOf(
@@ -161,7 +162,9 @@ export function instanceOf(
   // Only a creation that will not succeed carries error info: the autoscaler takes such an
   // instance for a failed scale-up, deletes it and asks for capacity again. A failed attempt that
   // is being retried (the cloud unavailable for a moment, a VM not visible yet) stays Creating.
-  if (phaseOf(m) === MachinePhase.Failed || exhausted) {
+  // FailedPrecondition: the launches of its class back off after failing (a bad image, an
+  // unusable key): not a lack of capacity, but not worth waiting for either.
+  if (phaseOf(m) === MachinePhase.Failed || exhausted || code === 'FailedPrecondition') {
     return {
       id,
       status: {

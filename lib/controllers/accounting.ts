@@ -11,6 +11,7 @@
 
 import {
   Annotation,
+  ExtensionAnnotation,
   DELETE_FIRST_MACHINE_PRIORITY,
   Label,
   LabelValue,
@@ -31,6 +32,7 @@ import {
   controllerRefOf,
   isAvailable,
   isFailed,
+  isInterrupted,
   isReplacing,
   isReady,
   isTerminating,
@@ -56,8 +58,13 @@ export interface MachineCounts {
   /** …carrying a deletion mark of the autoscaler protocol (marked-for-deletion time). */
   marked: number;
   /**
-   * …not being deleted, not being replaced (their replacement is counted instead) and carrying the
-   * owner's template labels (what counts toward overshoot).
+   * …not being deleted, with a rebalance recommendation or being replaced for a voluntary reason
+   * (expiry, rebalance): their deployment plans voluntary replacement even without expiry.
+   */
+  voluntary: number;
+  /**
+   * …not being deleted, not interrupted (their replacement is counted instead, one for one) and
+   * carrying the owner's template labels (what counts toward overshoot).
    */
   stayingTemplated: number;
   /** …the owner's selector matches (in the owner's namespace). */
@@ -88,13 +95,14 @@ export interface MachineCounts {
 }
 
 /** The counts that hold whatever the owner's spec: readable for any controller UID at once. */
-export type OwnerCounts = Pick<MachineCounts, 'all' | 'terminating' | 'available' | 'marked'>;
+export type OwnerCounts = Pick<MachineCounts, 'all' | 'terminating' | 'available' | 'marked' | 'voluntary'>;
 
 const FIELDS = [
   'all',
   'terminating',
   'available',
   'marked',
+  'voluntary',
   'stayingTemplated',
   'selected',
   'releasable',
@@ -132,10 +140,11 @@ export function factsOf(m: AnyMachine, owner: AnySet | undefined): Facts {
   if (terminating) f |= BIT.terminating;
   else if (isAvailable(m)) f |= BIT.available;
   if ((m.metadata.annotations?.[Annotation.MarkedForDeletionTime] ?? '') !== '') f |= BIT.marked;
+  if (!terminating && isVoluntarilyDisrupted(m)) f |= BIT.voluntary;
   if (owner === undefined) return f;
   const templateLabels = owner.spec?.template?.metadata?.labels ?? {};
   const templated = selectorMatches({ matchLabels: templateLabels }, m.metadata.labels);
-  if (templated && !terminating && !isReplacing(m)) f |= BIT.stayingTemplated;
+  if (templated && !terminating && !isInterrupted(m)) f |= BIT.stayingTemplated;
   const selector = owner.spec?.selector;
   const selected =
     selector !== undefined &&
@@ -164,6 +173,14 @@ export function factsOf(m: AnyMachine, owner: AnySet | undefined): Facts {
   if (propagationPatch(owner, m) !== undefined) f |= BIT.selectedNeedingPropagation;
   if (isReplacing(m)) f |= BIT.selectedReplacing;
   return f;
+}
+
+/** A rebalance recommendation, or a replacement for a voluntary reason (expiry, rebalance). */
+function isVoluntarilyDisrupted(m: AnyMachine): boolean {
+  const a = m.metadata.annotations;
+  if ((a?.[ExtensionAnnotation.RebalanceRecommended] ?? '') !== '') return true;
+  const replacing = a?.[ExtensionAnnotation.Replacing] ?? '';
+  return replacing !== '' && a?.[ExtensionAnnotation.InterruptionDeadline] === undefined;
 }
 
 /** The counts of a list of machines, all counted for `owner` (for tests and comparisons). */
@@ -255,7 +272,7 @@ export class MachineAccounting {
   }
 
   /**
-   * Counts that do not depend on the owner's spec (all, terminating, available, marked) for any
+   * Counts that do not depend on the owner's spec (all, terminating, available, marked, voluntary) for any
    * controller UID, without a rebuild.
    */
   ownerlessCountsOf(uid: string): OwnerCounts {
@@ -265,6 +282,7 @@ export class MachineAccounting {
       terminating: c?.terminating ?? 0,
       available: c?.available ?? 0,
       marked: c?.marked ?? 0,
+      voluntary: c?.voluntary ?? 0,
     };
   }
 

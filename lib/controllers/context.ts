@@ -24,7 +24,7 @@ import type { KubeApi } from '../kube/client.js';
 import type { Clock } from '../kube/clock.js';
 import type { EventRecorder } from '../kube/events.js';
 import { ATTACHMENT_NODE_INDEX, ATTACHMENT_PV_INDEX, POD_NODE_INDEX, trimPod } from '../drain/caches.js';
-import { Informer, labelIndex } from '../kube/informer.js';
+import { Informer, labelIndex, type DeepReadonly } from '../kube/informer.js';
 import { CoreResources } from '../kube/resources.js';
 import { MachineAccounting } from './accounting.js';
 import { vmKey } from './machines.js';
@@ -237,6 +237,11 @@ export interface ControllerSettings {
    * machine controller a write per machine. Off when nothing would remove the finalizer.
    */
   finalizeNewMachines: boolean;
+  /**
+   * --interruption-drain-lead: how long before its interruption deadline an interrupted machine is
+   * deleted (its node's drain starts) when its replacement is not available by then.
+   */
+  interruptionDrainLeadMs: number;
 }
 
 export const defaultControllerSettings: ControllerSettings = {
@@ -246,6 +251,7 @@ export const defaultControllerSettings: ControllerSettings = {
   autoscalerScaleDownAnnotationDuringRollout: true,
   burstReplicas: 100,
   finalizeNewMachines: false,
+  interruptionDrainLeadMs: 30_000,
 };
 
 /** Everything a controller needs, injected by the manager (or a test). */
@@ -261,4 +267,9 @@ export interface ControllerContext {
   registry: Registry;
   recorderFor(component: string): EventRecorder;
   settings: ControllerSettings;
+  /**
+   * The MachineDeployment's autoscaler maximum when it is a node group (annotations or --nodes),
+   * else undefined: voluntary replacements (expiry, rebalance) never surge above it.
+   */
+  groupMaxOf?: (mcd: DeepReadonly<MachineDeployment> | MachineDeployment) => number | undefined;
 }

@@ -138,6 +138,12 @@ export function isInterrupted(m: AnyMachine): boolean {
   return isReplacing(m) && interruptionDeadlineOf(m) !== undefined;
 }
 
+/** The failure its provider reported for the machine's VM (the vm-failure annotation: the notice's reason), if any. */
+export function vmFailureOf(m: AnyMachine): string | undefined {
+  const v = m.metadata.annotations?.[ExtensionAnnotation.VmFailure];
+  return v === undefined || v === '' ? undefined : v;
+}
+
 export function markedForDeletionTime(m: AnyMachine): number | undefined {
   return parseTime(m.metadata.annotations?.[Annotation.MarkedForDeletionTime]);
 }

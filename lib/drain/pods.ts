@@ -6,7 +6,7 @@ import { ExtensionAnnotation, Label } from '../api/constants.js';
 import type { Machine } from '../api/types.js';
 import type { DeepReadonly } from '../kube/informer.js';
 import { selectorMatches } from '../kube/labels.js';
-import type { Pod, PodDisruptionBudget } from '../kube/types.js';
+import type { Node, Pod, PodDisruptionBudget } from '../kube/types.js';
 
 type AnyPod = Pod | DeepReadonly<Pod>;
 type AnyPdb = PodDisruptionBudget | DeepReadonly<PodDisruptionBudget>;
@@ -105,14 +105,17 @@ export function forceDeadline(
  * Why a machine's drain is forced (pods deleted without eviction), or undefined: the
  * `force-deletion` label; the drain timeout counted from the deletion request; the interruption
  * deadline of its VM (the cloud takes the VM then, with whatever still runs there: pods deleted
- * before are recreated elsewhere at once, instead of once the node is found gone); or a node that
- * has not been Ready (or had a read-only filesystem) for five minutes, whose pods cannot leave
- * anyway.
+ * before are recreated elsewhere at once, instead of once the node is found gone); a VM its
+ * provider reported failed (vm-failure) whose node is not Ready now (`node`: its kubelet cannot
+ * act on evictions; while it is Ready the drain evicts, PodDisruptionBudgets respected); or a node
+ * that has not been Ready (or had a read-only filesystem) for five minutes, whose pods cannot
+ * leave anyway.
  */
 export function forceReason(
   m: Machine | DeepReadonly<Machine>,
   now: number,
   drainTimeoutMs: number,
+  node?: Node | DeepReadonly<Node>,
 ): string | undefined {
   if (parseBool(m.metadata.labels?.[Label.ForceDeletion]))
     return `the machine has the ${Label.ForceDeletion} label`;
@@ -121,6 +124,12 @@ export function forceReason(
   const deadline = interruptionDeadline(m);
   if (deadline !== undefined && now >= deadline)
     return `the interruption deadline of its VM (${new Date(deadline).toISOString()}) passed`;
+  const failure = m.metadata.annotations?.[ExtensionAnnotation.VmFailure];
+  if (failure !== undefined && failure !== '') {
+    const ready = (node?.status?.conditions ?? m.status?.conditions ?? []).find((c) => c.type === 'Ready');
+    if (ready?.status !== 'True')
+      return `its provider reported the VM failed (${failure}) and its node is not Ready: its kubelet cannot act on evictions`;
+  }
   for (const c of m.status?.conditions ?? []) {
     const since = Date.parse(c.lastTransitionTime ?? '');
     if (Number.isNaN(since) || now - since < UNHEALTHY_FORCE_AFTER_MS) continue;

@@ -1,7 +1,9 @@
-// Bounded replacement of unhealthy machines ("meltdown protection"): an Unknown machine is marked
-// Failed (and so replaced by its MachineSet) only while fewer than the deployment's budget of its
-// machines are already being replaced. Decisions for one deployment are serialised, and marks not
-// yet visible in the cache still count, so concurrent workers cannot overrun the budget.
+// Bounded replacement of unhealthy machines ("meltdown protection"): an Unknown machine past its
+// health timeout, or one whose VM its provider reported failed (a zone's hosts impaired at once),
+// is marked Failed (and so replaced by its MachineSet) only while fewer than the deployment's
+// budget of its machines are already being replaced. Decisions for one deployment are serialised,
+// and marks not yet visible in the cache still count, so concurrent workers cannot overrun the
+// budget. The machines that wait are counted per deployment (mcm_machine_replacements_waiting).
 
 import { ExtensionAnnotation, MachinePhase } from '../../api/constants.js';
 import {
@@ -11,6 +13,8 @@ import {
   type MachineDeployment,
   type MachineSet,
 } from '../../api/types.js';
+import { Gauge, type Registry } from 'prom-client';
+
 import { CONTROLLER_UID_INDEX, type DeepReadonly, type Lister } from '../../kube/informer.js';
 import { isPreserved, phaseOf } from '../machines.js';
 import { cachedController } from '../ownership.js';
@@ -21,6 +25,9 @@ type CachedMachine = DeepReadonly<Machine>;
 export interface BudgetGroup {
   /** The deployment (or set) whose machines share the budget. */
   key: string;
+  /** The deployment's (or set's) namespace and name, for the metric. */
+  namespace: string;
+  name: string;
   machines: CachedMachine[];
   budget: number;
 }
@@ -36,13 +43,49 @@ export class ReplacementBudget {
   private readonly locks = new Map<string, Promise<unknown>>();
   /** Machines marked Failed whose new phase the cache may not show yet, per group. */
   private readonly marked = new Map<string, Set<string>>();
+  /** Machines refused by their group's budget and not marked since, by uid: their group's labels. */
+  private readonly waiting = new Map<string, { namespace: string; machine_deployment: string }>();
 
   constructor(
     private readonly machines: Lister<Machine>,
     private readonly machineSets: Lister<MachineSet>,
     private readonly deployments: Lister<MachineDeployment>,
     private readonly defaultBudget: string,
-  ) {}
+    registry?: Registry,
+  ) {
+    if (registry === undefined) return;
+    const waiting = this.waiting;
+    new Gauge({
+      name: 'mcm_machine_replacements_waiting',
+      help: 'Machines to be marked Failed (unhealthy past the health timeout, or their VM reported failed by the provider) that wait for their deployment’s replacement budget.',
+      labelNames: ['namespace', 'machine_deployment'],
+      registers: [registry],
+      collect() {
+        this.reset();
+        const counts = new Map<
+          string,
+          { labels: { namespace: string; machine_deployment: string }; n: number }
+        >();
+        for (const labels of waiting.values()) {
+          const k = `${labels.namespace}/${labels.machine_deployment}`;
+          const e = counts.get(k) ?? { labels, n: 0 };
+          e.n++;
+          counts.set(k, e);
+        }
+        for (const e of counts.values()) this.set(e.labels, e.n);
+      },
+    });
+  }
+
+  /** The machine (by uid) no longer waits for the budget: marked, healthy again, or gone. */
+  forget(uid: string | undefined): void {
+    if (uid !== undefined) this.waiting.delete(uid);
+  }
+
+  /** How many machines wait for their group's budget now. */
+  waitingCount(): number {
+    return this.waiting.size;
+  }
 
   /** The group of a machine: its deployment, else its set; undefined for a standalone machine. */
   groupOf(m: CachedMachine): BudgetGroup | undefined {
@@ -59,6 +102,8 @@ export class ReplacementBudget {
     const budget = resolveBudget(value, replicas) ?? resolveBudget(this.defaultBudget, replicas) ?? 1;
     return {
       key: `${mcd === undefined ? 'MachineSet' : 'MachineDeployment'}:${owner.metadata.uid ?? ''}`,
+      namespace: owner.metadata.namespace ?? '',
+      name: owner.metadata.name ?? '',
       machines,
       budget,
     };
@@ -85,8 +130,15 @@ export class ReplacementBudget {
       const others = fresh.machines.filter((x) => x.metadata.uid !== m.metadata.uid);
       const pending = this.pendingMarks(fresh.key, others);
       const busy = others.filter((x) => inReplacement(x, now)).length + pending;
-      if (busy >= fresh.budget) return { allowed: false, inReplacement: busy, budget: fresh.budget };
+      if (busy >= fresh.budget) {
+        this.waiting.set(m.metadata.uid ?? '', {
+          namespace: fresh.namespace,
+          machine_deployment: fresh.name,
+        });
+        return { allowed: false, inReplacement: busy, budget: fresh.budget };
+      }
       await mark();
+      this.waiting.delete(m.metadata.uid ?? '');
       const set = this.marked.get(fresh.key) ?? new Set<string>();
       set.add(m.metadata.uid ?? '');
       this.marked.set(fresh.key, set);

@@ -17,7 +17,7 @@ import {
   MACHINE_NODE_INDEX,
   type ControllerContext,
 } from '../context.js';
-import { phaseOf } from '../machines.js';
+import { phaseOf, vmFailureOf } from '../machines.js';
 import { addFinalizer } from '../ownership.js';
 import { deleteBootstrapToken, needsBootstrapToken } from './bootstrap.js';
 import { ReplacementBudget } from './budget.js';
@@ -35,6 +35,7 @@ import {
 } from './drains.js';
 import { planHealth } from './health.js';
 import { reconcileInPlace } from './inplaceflow.js';
+import { LaunchBackoff, LaunchMetrics, launchKeyOf } from './launches.js';
 import { MachineMemory } from './memory.js';
 import { MachineMetrics } from './metrics.js';
 import { VmProbes } from './vmprobe.js';
@@ -113,6 +114,7 @@ export class MachineController {
   /** Machines (keys) whose creation flow is running now: orphan collection keeps their VMs. */
   private readonly creating = new Set<string>();
   private readonly vmProbes: VmProbes;
+  private readonly launchMetrics: LaunchMetrics;
 
   constructor(
     ctx: ControllerContext,
@@ -160,8 +162,14 @@ export class MachineController {
         informers.machineSets,
         informers.machineDeployments,
         opts.settings.maxUnhealthyReplacements,
+        ctx.registry,
+      ),
+      launches: new LaunchBackoff(
+        opts.settings.launchFailureBackoffMs,
+        opts.settings.launchFailureMaxBackoffMs,
       ),
     };
+    this.launchMetrics = new LaunchMetrics(ctx.registry, this.deps.launches, ctx.clock);
     this.vmProbes = new VmProbes(this.deps, MEMORY_CAPACITY);
     informers.machines.addIndexer(MACHINE_DRAINING_INDEX, drainingIndex);
     this.controller = new Controller({
@@ -329,6 +337,7 @@ export class MachineController {
     endDrainsOf(this.deps, key);
     this.deps.deletions.delete(uid);
     this.deps.tokens.delete(uid);
+    this.deps.budget.forget(uid);
     this.vmProbes.forget(uid);
   }
 
@@ -398,6 +407,7 @@ export class MachineController {
     const liveNode = node !== undefined && node.metadata.deletionTimestamp === undefined ? node : undefined;
     let synced = false;
     const t = decision.transition;
+    if (t?.needsBudget !== true) d.budget.forget(m.metadata.uid);
     if (t !== undefined) {
       change.phase = t.phase;
       change.lastOperation = t.lastOperation;
@@ -418,7 +428,11 @@ export class MachineController {
           current = await patchMachineStatus(d.client, m, change, now);
         });
         if (!outcome.allowed) {
-          const message = `Machine ${m.metadata.name ?? ''} is unhealthy past its health timeout, but ${outcome.inReplacement} machine(s) of its deployment are already being replaced (budget ${outcome.budget}); it is marked Failed once one finishes`;
+          const why =
+            t.reason === 'vm-failed'
+              ? `its provider reported its VM failed (${vmFailureOf(m) ?? ''})`
+              : 'it is unhealthy past its health timeout';
+          const message = `Machine ${m.metadata.name ?? ''}: ${why}, but ${outcome.inReplacement} machine(s) of its deployment are already being replaced (budget ${outcome.budget}); it is marked Failed once one finishes`;
           d.recorder.event(m, 'Warning', MachineEventReason.ReplacementBudgetExhausted, message);
           log.info('replacement budget exhausted', {
             inReplacement: outcome.inReplacement,
@@ -458,6 +472,7 @@ export class MachineController {
     switch (reason) {
       case 'joined': {
         log.info('machine joined the cluster', { node: m.metadata.labels?.[Label.Node], joinDurationMs });
+        d.launches.succeeded(launchKeyOf(m));
         // The join duration goes to the metric, the Running lastOperation's description and the
         // machine-join-duration annotation (a Go duration). gardener's master sets that annotation
         // on the object it passes to UpdateStatus, which keeps only the status, so it never lands
@@ -476,16 +491,32 @@ export class MachineController {
         return;
       }
       case 'vm-not-found':
-        log.info('the VM of the Pending machine is gone; machine marked Failed', {
-          providerID: m.spec?.providerID,
-        });
+      case 'launch-failed': {
+        log.info(
+          'the launch of the machine failed (its VM is gone or failed before its node joined); machine marked Failed',
+          {
+            providerID: m.spec?.providerID,
+            reason,
+          },
+        );
+        const why =
+          reason === 'vm-not-found'
+            ? `VM ${m.spec?.providerID ?? ''} of machine ${m.metadata.name ?? ''} vanished before its node joined`
+            : `VM ${m.spec?.providerID ?? ''} of machine ${m.metadata.name ?? ''} failed (${vmFailureOf(m) ?? 'reported by its provider'}) before its node joined`;
+        const hold = d.launches.failed(launchKeyOf(m), d.clock.now(), why);
+        this.launchMetrics.failed(m);
+        const next =
+          hold === undefined
+            ? ''
+            : `; launches of class ${m.spec?.class?.name ?? ''} back off: ${hold.failures} failed in a row, the next at ${rfc3339(hold.until)}`;
         d.recorder.event(
           m,
           'Warning',
-          MachineEventReason.MachineFailed,
-          m.status?.lastOperation?.description ?? '',
+          MachineEventReason.LaunchFailed,
+          `${m.status?.lastOperation?.description ?? ''}${next}`,
         );
         return;
+      }
       case 'join-timeout':
         d.metrics.failedToJoin(m);
         d.recorder.event(

@@ -25,10 +25,12 @@ import type { ReconcileResult } from '../../kube/controller.js';
 import type { DeepReadonly } from '../../kube/informer.js';
 import type { Secret } from '../../kube/types.js';
 import type { Logger } from '../../observability/logger.js';
+import { rfc3339 } from '../conditions.js';
 import { phaseOf, sameVM } from '../machines.js';
 import { ensureBootstrapToken, needsBootstrapToken, substituteUserData } from './bootstrap.js';
 import { MachineEventReason, type MachineDeps } from './deps.js';
 import { lastOp } from './health.js';
+import { launchKeyOf, type LaunchHold } from './launches.js';
 import { ResolveProblem, resolveMachineClass } from './resolve.js';
 import { creationTimeoutOf } from './settings.js';
 import { isNoop, patchMachine, patchMachineStatus, type StatusChange } from './status.js';
@@ -206,6 +208,8 @@ export async function runCreationFlow(
   }
 
   if (create) {
+    const hold = d.launches.holdOf(launchKeyOf(m), d.clock.now());
+    if (hold !== undefined) return launchHeld(d, m, hold, log);
     const started = d.clock.now();
     try {
       const r = await driver.createMachine(request(m));
@@ -290,6 +294,43 @@ export async function runCreationFlow(
     ),
   });
   return {};
+}
+
+/**
+ * The machine's class's launches back off after failing (launches.ts): no launch now. The machine
+ * reads CrashLoopBackOff with a Create operation failed with FailedPrecondition (the autoscaler
+ * takes it for a failed scale-up), and is looked at again when the hold ends; Failed once its
+ * creation timeout passes, as for any creation that keeps failing.
+ */
+async function launchHeld(
+  d: MachineDeps,
+  m: AnyMachine,
+  hold: LaunchHold,
+  log: Logger,
+): Promise<ReconcileResult> {
+  const now = d.clock.now();
+  const timedOut = now - createdAt(m, now) > creationTimeoutOf(m, d.settings);
+  const cls = m.spec?.class?.name ?? '';
+  const description = `Launches of machine class ${cls} back off: ${hold.failures} failed in a row (the last: ${hold.lastFailure}); the next launch is tried at ${rfc3339(hold.until)}`;
+  const wrote = await writeStatus(d, m, {
+    phase: timedOut ? MachinePhase.Failed : MachinePhase.CrashLoopBackOff,
+    lastOperation: lastOp(
+      MachineOperationType.Create,
+      MachineState.Failed,
+      description,
+      now,
+      'FailedPrecondition',
+    ),
+  });
+  if (wrote !== undefined) {
+    d.recorder.event(m, 'Warning', MachineEventReason.LaunchBackoff, description);
+    log.info('launch held: the launches of its class back off', {
+      class: cls,
+      failures: hold.failures,
+      until: rfc3339(hold.until),
+    });
+  }
+  return timedOut ? {} : { requeueAfter: Math.max(1000, hold.until - now) };
 }
 
 /** The VM came up with the name of an existing Node: delete that VM and fail the machine. */

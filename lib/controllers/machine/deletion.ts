@@ -311,7 +311,7 @@ class DeletionPass {
     const requested = Date.parse(this.m.metadata.deletionTimestamp ?? '');
     const startedAt = Number.isNaN(requested) ? now : requested;
     const timeout = drainTimeoutOf(this.m, d.settings);
-    const force = forceReason(this.m, now, timeout);
+    const force = forceReason(this.m, now, timeout, d.informers.nodes?.get(undefined, this.nodeName));
     const c = this.call();
     const round = await drainer.round({
       id: key,

@@ -8,6 +8,7 @@ import type { SharedInformers } from '../context.js';
 import type { TokenSecretRef } from './bootstrap.js';
 import type { ReplacementBudget } from './budget.js';
 import type { DeletionMemo } from './deletion.js';
+import type { LaunchBackoff } from './launches.js';
 import type { MachineMemory } from './memory.js';
 import type { MachineMetrics } from './metrics.js';
 import type { MachineControllerSettings } from './settings.js';
@@ -24,6 +25,8 @@ export interface MachineDeps {
   providers: ProviderRegistry;
   metrics: MachineMetrics;
   budget: ReplacementBudget;
+  /** Failed launches per class, and the back-off of the next (launches.ts). */
+  launches: LaunchBackoff;
   /** Drains nodes before their VMs go; undefined without a target cluster. */
   drainer: Drainer | undefined;
   drainMetrics: DrainMetrics;
@@ -39,6 +42,8 @@ export const MachineEventReason = {
   InitializeFailed: 'InitializeFailed',
   MachineFailed: 'MachineFailed',
   ReplacementBudgetExhausted: 'ReplacementBudgetExhausted',
+  LaunchFailed: 'LaunchFailed',
+  LaunchBackoff: 'LaunchBackoff',
   DeleteFailed: 'DeleteFailed',
   StaleNode: 'StaleNode',
   NodeNotOwned: 'NodeNotOwned',

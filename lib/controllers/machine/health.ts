@@ -1,10 +1,12 @@
 // Health of a machine with a node (pure): conditions mirrored from the node, and the phase
 // transitions Pending → Running | Failed, Running → Unknown, Unknown → Running | Failed, with the
-// creation and health timeouts (MCM's reconcileMachineHealth), and Pending → Failed at once when
-// the driver reports the VM of a machine without node gone (see vmprobe.ts); and the in-place update phases:
-// InPlaceUpdating → InPlaceUpdateSuccessful | InPlaceUpdateFailed (from the node's update-result
-// label, or the in-place timeout), InPlaceUpdateFailed → Failed after the health timeout, and
-// InPlaceUpdateSuccessful → Running once the node is healthy.
+// creation and health timeouts (MCM's reconcileMachineHealth); Pending → Failed at once when the
+// driver reports the VM of a machine without node gone (see vmprobe.ts) or its provider reported
+// the VM failed (a failed launch); a joined machine → Failed, within the replacement budget,
+// when its provider reported its VM failed (vm-failure: stopped, terminated, impaired); and the
+// in-place update phases: InPlaceUpdating → InPlaceUpdateSuccessful | InPlaceUpdateFailed (from
+// the node's update-result label, or the in-place timeout), InPlaceUpdateFailed → Failed after
+// the health timeout, and InPlaceUpdateSuccessful → Running once the node is healthy.
 
 import {
   Annotation,
@@ -21,7 +23,7 @@ import type { LastOperation, Machine } from '../../api/types.js';
 import type { DeepReadonly } from '../../kube/informer.js';
 import type { Node, NodeCondition } from '../../kube/types.js';
 import { rfc3339 } from '../conditions.js';
-import { interruptionDeadlineOf, phaseOf } from '../machines.js';
+import { interruptionDeadlineOf, phaseOf, vmFailureOf } from '../machines.js';
 import {
   creationTimeoutOf,
   healthTimeoutOf,
@@ -39,6 +41,8 @@ export type HealthTransitionReason =
   | 'unhealthy'
   | 'join-timeout'
   | 'vm-not-found'
+  | 'launch-failed'
+  | 'vm-failed'
   | 'health-timeout'
   | 'inplace-successful'
   | 'inplace-failed'
@@ -61,6 +65,18 @@ export interface HealthDecision {
   /** Look again after this long: a timeout runs out then. */
   recheckAfterMs?: number | undefined;
 }
+
+/**
+ * Joined phases in which a failure the provider reported (vm-failure) marks the machine Failed,
+ * within the replacement budget, without waiting for the health timeout.
+ */
+const JOINED_FAILABLE: ReadonlySet<MachinePhase> = new Set<MachinePhase>([
+  MachinePhase.Running,
+  MachinePhase.Unknown,
+  MachinePhase.InPlaceUpdating,
+  MachinePhase.InPlaceUpdateFailed,
+  MachinePhase.InPlaceUpdateSuccessful,
+]);
 
 function time(s: string | undefined): number | undefined {
   if (s === undefined) return undefined;
@@ -137,8 +153,37 @@ export function planHealth(
   }
   const healthy = node !== undefined && isNodeHealthy(nodeConds, nodeConditionsOf(m, settings));
   const phase = phaseOf(m);
+  const vmFailure = vmFailureOf(m);
+  if (vmFailure !== undefined && JOINED_FAILABLE.has(phase) && m.spec?.disableHealthTimeout !== true) {
+    decision.transition = {
+      phase: MachinePhase.Failed,
+      lastOperation: lastOp(
+        MachineOperationType.HealthCheck,
+        MachineState.Failed,
+        `Machine ${name}: its provider reported its VM ${m.spec?.providerID ?? ''} failed (${vmFailure}); marked Failed to be replaced`,
+        now,
+      ),
+      reason: 'vm-failed',
+      needsBudget: true,
+    };
+    return decision;
+  }
   switch (phase) {
     case MachinePhase.Pending: {
+      if (vmFailure !== undefined) {
+        decision.transition = {
+          phase: MachinePhase.Failed,
+          lastOperation: lastOp(
+            MachineOperationType.Create,
+            MachineState.Failed,
+            `The launch of machine ${name} failed: its provider reported its VM ${m.spec?.providerID ?? ''} failed (${vmFailure}) before its node joined; the machine is marked Failed to be replaced`,
+            now,
+          ),
+          reason: 'launch-failed',
+          needsBudget: false,
+        };
+        return decision;
+      }
       const created = time(m.metadata.creationTimestamp) ?? now;
       const critical =
         node?.spec?.taints?.some((t) => t.key === TaintKey.CriticalComponentsNotReady) ?? false;
@@ -220,9 +265,9 @@ export function planHealth(
       // A node whose in-place update failed may well be Ready, but it does not run what it should:
       // its machine stays Failed (to be replaced) while the node says so.
       const updateFailed = node?.metadata.labels?.[Label.UpdateResult] === LabelValue.UpdateFailed;
-      // Nor does one whose VM the cloud reported stopped or going (an interruption deadline): its
-      // node may read Ready for a while after, until the node lifecycle notices.
-      const vmGoing = interruptionDeadlineOf(m) !== undefined;
+      // Nor does one whose VM the cloud reported stopped, going (an interruption deadline) or failed:
+      // its node may read Ready for a while after, until the node lifecycle notices.
+      const vmGoing = interruptionDeadlineOf(m) !== undefined || vmFailure !== undefined;
       if (healthy && !(phase === MachinePhase.Failed && (updateFailed || vmGoing))) {
         decision.transition = rejoined(name, now);
         return decision;

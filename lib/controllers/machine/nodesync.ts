@@ -1,13 +1,22 @@
 // What a machine's Node should carry (pure): the machine-name label, the finalizer that keeps the
-// Node until its machine is gone, the labels/annotations/taints of the machine's node template
-// and the class's virtual capacity. What was applied last time is recorded on the Node, so keys
+// Node until its machine is gone, the labels/annotations/taints of the machine's node template,
+// the class's virtual capacity, and while the machine is being replaced (expiry, rebalance,
+// interruption) the NoSchedule taint machine.mcm-ts.io/disrupted, so no new pod lands there. What was applied last time is recorded on the Node, so keys
 // that leave the template are removed while keys users put on the Node stay untouched.
 
-import { Annotation, Finalizer, Label } from '../../api/constants.js';
+import {
+  Annotation,
+  ExtensionAnnotation,
+  Finalizer,
+  Label,
+  TaintEffect,
+  TaintKey,
+} from '../../api/constants.js';
 import type { Machine, MachineClass } from '../../api/types.js';
 import { jsonEqual } from '../../kube/equal.js';
 import type { DeepReadonly } from '../../kube/informer.js';
 import type { Node, Taint } from '../../kube/types.js';
+import { isReplacing } from '../machines.js';
 
 type AnyNode = Node | DeepReadonly<Node>;
 
@@ -99,6 +108,18 @@ export function planNodeSync(
     const i = taints.findIndex((x) => taintKey(x) === taintKey(t));
     if (i < 0) taints.push(t);
     else if ((taints[i]?.value ?? '') !== (t.value ?? '')) taints[i] = { ...t };
+  }
+  // The disrupted taint: on while the machine is being replaced (none of the template's business).
+  const replacing = isReplacing(machine)
+    ? (machine.metadata.annotations?.[ExtensionAnnotation.Replacing] ?? '')
+    : undefined;
+  const at = taints.findIndex((t) => t.key === TaintKey.Disrupted && t.effect === TaintEffect.NoSchedule);
+  if (replacing !== undefined) {
+    const disrupted: Taint = { key: TaintKey.Disrupted, value: replacing, effect: TaintEffect.NoSchedule };
+    if (at < 0) taints.push(disrupted);
+    else if (taints[at]?.value !== replacing) taints[at] = disrupted;
+  } else if (at >= 0) {
+    taints = taints.filter((_, i) => i !== at);
   }
   const taintsChanged = !jsonEqual(taints, haveTaints);
   if (!taintsChanged) taints = haveTaints;

@@ -29,6 +29,10 @@ export interface MachineControllerSettings {
   bootstrapTokenAuthExtraGroups: string;
   /** --resource-exhausted-retry */
   resourceExhaustedRetryMs: number;
+  /** --launch-failure-backoff: the first wait after a failed launch of a class (0: none). */
+  launchFailureBackoffMs: number;
+  /** --launch-failure-max-backoff: the longest such wait. */
+  launchFailureMaxBackoffMs: number;
   /**
    * --max-unhealthy-replacements (addition): how many machines of one MachineDeployment may be in
    * replacement at once before another unhealthy machine is marked Failed; a count ("1") or a
@@ -56,6 +60,8 @@ export const defaultMachineControllerSettings: MachineControllerSettings = {
   nodeConditions: DEFAULT_NODE_CONDITIONS,
   bootstrapTokenAuthExtraGroups: '',
   resourceExhaustedRetryMs: 10 * 60_000,
+  launchFailureBackoffMs: 30_000,
+  launchFailureMaxBackoffMs: 5 * 60_000,
   maxUnhealthyReplacements: '1',
 };
 

@@ -31,7 +31,8 @@ import { MACHINE_NODE_INDEX, type ControllerContext } from '../context.js';
 import { controllerRefOf, isAvailable, isFailed, isTerminating, phaseOf } from '../machines.js';
 import { addFinalizer, cachedController, removeFinalizer, selectingOwners } from '../ownership.js';
 import { processTriggerDeletion, propagateScalerTime } from './autoscaler.js';
-import { ExpiryMetrics, expireMachines, podVeto, StartedReplacements } from './expire.js';
+import { ExpiryMetrics, expireMachines, StartedReplacements } from './expire.js';
+import { podVeto } from '../vetoes.js';
 import { claimMachineSets } from './claim.js';
 import { inPlaceReason, rolloutInPlace } from './inplace.js';
 import { findNewMachineSet } from './newset.js';
@@ -331,6 +332,7 @@ export class MachineDeploymentController {
       clock: this.ctx.clock,
       recorder: this.recorder,
       settings: this.ctx.settings,
+      ...(this.ctx.groupMaxOf === undefined ? {} : { groupMaxOf: this.ctx.groupMaxOf }),
     };
   }
 

@@ -6,7 +6,6 @@ import { Counter, Gauge, type Registry } from 'prom-client';
 
 import {
   ExtensionAnnotation,
-  PodVetoAnnotation,
   Label,
   LabelValue,
   MachineDeploymentConditionType,
@@ -14,40 +13,24 @@ import {
 import { MachineResource, type Machine } from '../../api/types.js';
 import { isConflict, isNotFound } from '../../kube/errors.js';
 import { objectKey, type DeepReadonly } from '../../kube/informer.js';
-import type { Pod } from '../../kube/types.js';
-import { POD_NODE_INDEX } from '../../drain/caches.js';
 import { findCondition, removeCondition } from '../conditions.js';
 import { markedForDeletionTime } from '../machines.js';
 import { findNewMachineSet } from './newset.js';
 import { type DeploymentState, type PassContext, withCondition } from './pass.js';
 import { rolloutBounds } from './sets.js';
 import {
-  EXPIRED,
   ExpiryBlock,
   ExpiryReason,
   planExpiry,
+  REBALANCE_RECOMMENDED,
+  replacementReasonOf,
   type ExpiryInput,
-  type Veto,
 } from './expiry-plan.js';
+import { machineVeto, type Veto } from '../vetoes.js';
 import { parseDisruptionBudget, parseDisruptionSchedule } from '../../api/disruption.js';
 import { replicasOf } from '../../api/replicas.js';
 
 type CachedMachine = DeepReadonly<Machine>;
-type CachedPod = DeepReadonly<Pod>;
-
-const DO_NOT_DISRUPT = PodVetoAnnotation.DoNotDisrupt;
-const SAFE_TO_EVICT = PodVetoAnnotation.SafeToEvict;
-
-/** The veto a pod carries, if any (a pod that is going or done vetoes nothing). */
-export function podVeto(p: CachedPod | Pod): Veto | undefined {
-  if (p.metadata.deletionTimestamp !== undefined) return undefined;
-  if (p.status?.phase === 'Succeeded' || p.status?.phase === 'Failed') return undefined;
-  const a = p.metadata.annotations ?? {};
-  const pod = `${p.metadata.namespace ?? ''}/${p.metadata.name ?? ''}`;
-  if (a[DO_NOT_DISRUPT] === 'true') return { pod, by: `${DO_NOT_DISRUPT}=true` };
-  if (a[SAFE_TO_EVICT] === 'false') return { pod, by: `${SAFE_TO_EVICT}=false` };
-  return undefined;
-}
 
 /** How long a replacement this controller started waits for the cache to show its mark. */
 const STARTED_MEMORY_MS = 60_000;
@@ -56,8 +39,15 @@ const STARTED_MEMORY_MS = 60_000;
 export class ExpiryMetrics {
   private readonly expired: Counter<'namespace' | 'machine_deployment'>;
   private readonly blocked: Gauge<'namespace' | 'machine_deployment' | 'reason'>;
+  private readonly rebalance: Counter<'namespace' | 'machine_deployment'>;
 
   constructor(registry: Registry) {
+    this.rebalance = new Counter({
+      name: 'mcm_machine_rebalance_replacements_total',
+      help: 'Machines whose replacement started after a rebalance recommendation (--aws-rebalance-as-interruption), within their deployment’s disruption budget, maxSurge and autoscaler maximum.',
+      labelNames: ['namespace', 'machine_deployment'],
+      registers: [registry],
+    });
     this.expired = new Counter({
       name: 'mcm_machine_expired_total',
       help: 'Machines whose replacement expiry started (older than their deployment’s machine.mcm-ts.io/expire-after).',
@@ -66,7 +56,7 @@ export class ExpiryMetrics {
     });
     this.blocked = new Gauge({
       name: 'mcm_machine_disruption_blocked',
-      help: 'Expired machines whose replacement waits, by why: budget, window, pod, surge, paused, frozen, rollout, invalid.',
+      help: 'Machines due for voluntary replacement (expired, or with a rebalance recommendation) that wait, by why: budget, window, pod, surge, max (the autoscaler maximum), paused, frozen, rollout, invalid.',
       labelNames: ['namespace', 'machine_deployment', 'reason'],
       registers: [registry],
     });
@@ -74,6 +64,10 @@ export class ExpiryMetrics {
 
   started(namespace: string, name: string, n: number): void {
     if (n > 0) this.expired.inc({ namespace, machine_deployment: name }, n);
+  }
+
+  rebalanced(namespace: string, name: string, n: number): void {
+    if (n > 0) this.rebalance.inc({ namespace, machine_deployment: name }, n);
   }
 
   setBlocked(namespace: string, name: string, counts: ReadonlyMap<string, number>): void {
@@ -87,6 +81,7 @@ export class ExpiryMetrics {
   forget(namespace: string, name: string): void {
     this.setBlocked(namespace, name, new Map());
     this.expired.remove({ namespace, machine_deployment: name });
+    this.rebalance.remove({ namespace, machine_deployment: name });
   }
 }
 
@@ -172,9 +167,11 @@ export async function expireMachines(
   const namespace = mcd.metadata.namespace ?? '';
   const name = mcd.metadata.name ?? '';
   const now = ctx.now;
-  // Most deployments have no expiry: they cost no look at their machines.
+  // Most deployments have no expiry and no rebalance recommendation: they cost no look at their
+  // machines (the accounting counts recommended and voluntarily replaced machines).
   const expireAfter = mcd.metadata.annotations?.[ExtensionAnnotation.ExpireAfter];
-  if (expireAfter === undefined) {
+  const voluntary = state.sets.some((s) => ctx.countsOf(s).voluntary > 0);
+  if (expireAfter === undefined && !voluntary) {
     const before = findCondition(state.status.conditions, MachineDeploymentConditionType.Expiry);
     if (before !== undefined || deps.started.has(key)) {
       deps.metrics.forget(namespace, name);
@@ -214,17 +211,8 @@ export async function expireMachines(
     const m = byName.get(n);
     return m === undefined || (m.metadata.annotations?.[ExtensionAnnotation.Replacing] ?? '') !== '';
   });
-  const informers = ctx.deps.informers;
-  const pods = informers.drain?.pods;
-  const vetoOf = (m: CachedMachine): Veto | undefined => {
-    const node = m.metadata.labels?.[Label.Node];
-    if (pods === undefined || node === undefined || node === '') return undefined;
-    for (const p of pods.byIndex(POD_NODE_INDEX, node)) {
-      const v = podVeto(p);
-      if (v !== undefined) return v;
-    }
-    return undefined;
-  };
+  const pods = ctx.deps.informers.drain?.pods;
+  const vetoOf = (m: CachedMachine): Veto | undefined => machineVeto(pods, m);
   let maxSurge = 1;
   try {
     maxSurge = rolloutBounds(mcd).maxSurge;
@@ -237,6 +225,7 @@ export async function expireMachines(
     now,
     unsettled: unsettledOf(ctx, state),
     maxSurge,
+    groupMax: ctx.deps.groupMaxOf?.(mcd),
     marked: new Set(
       machines.filter((m) => markedForDeletionTime(m) !== undefined).map((m) => m.metadata.name ?? ''),
     ),
@@ -259,7 +248,9 @@ export async function expireMachines(
   }
 
   let startedNow = 0;
+  let rebalancedNow = 0;
   for (const m of plan.start) {
+    const reason = replacementReasonOf(m);
     try {
       await ctx.deps.client.patch(
         MachineResource,
@@ -267,7 +258,7 @@ export async function expireMachines(
         {
           metadata: {
             resourceVersion: m.metadata.resourceVersion,
-            annotations: { [ExtensionAnnotation.Replacing]: EXPIRED },
+            annotations: { [ExtensionAnnotation.Replacing]: reason },
           },
         },
         { type: 'merge', namespace },
@@ -278,6 +269,17 @@ export async function expireMachines(
       throw err;
     }
     deps.started.add(key, m.metadata.name ?? '', now);
+    if (reason === REBALANCE_RECOMMENDED) {
+      rebalancedNow++;
+      ctx.log.info('rebalance recommended; replacing the machine', { machine: m.metadata.name });
+      ctx.deps.recorder.event(
+        m,
+        'Normal',
+        'RebalanceReplacing',
+        'The cloud recommended moving off this machine’s VM: a replacement is created first, then it is drained and deleted (within the deployment’s disruption budget and maxSurge)',
+      );
+      continue;
+    }
     startedNow++;
     const age = now - Date.parse(m.metadata.creationTimestamp ?? '');
     ctx.log.info('machine expired; replacing it', { machine: m.metadata.name, ageMs: age });
@@ -285,9 +287,10 @@ export async function expireMachines(
       m,
       'Normal',
       'Expired',
-      `Machine is older than the deployment's ${ExtensionAnnotation.ExpireAfter} (${expireAfter}); a replacement is created first, then it is drained and deleted`,
+      `Machine is older than the deployment's ${ExtensionAnnotation.ExpireAfter} (${expireAfter ?? ''}); a replacement is created first, then it is drained and deleted`,
     );
   }
+  deps.metrics.rebalanced(namespace, name, rebalancedNow);
   deps.metrics.started(namespace, name, startedNow);
 
   const counts = new Map<string, number>();

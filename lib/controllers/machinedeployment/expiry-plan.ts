@@ -6,9 +6,17 @@
 //
 // Expiry is voluntary disruption: it starts only when the deployment is settled (not paused, not
 // frozen, not rolling out), inside the deployment's disruption windows, within its disruption
-// budget and its maxSurge, oldest machine first, and never on a node that runs a pod vetoing
-// disruption. Machines already going (deleted, replaced, marked by the autoscaler), preserved or
-// not Running are not expired here: deletion, health checks and preservation own them.
+// budget, its maxSurge and its autoscaler maximum, oldest machine first, and never on a node that
+// runs a pod vetoing disruption. Machines already going (deleted, replaced, marked by the
+// autoscaler), preserved or not Running are not expired here: deletion, health checks and
+// preservation own them.
+//
+// The other voluntary replacement is a cloud's rebalance recommendation (opted in with
+// --aws-rebalance-as-interruption: the machine carries machine.mcm-ts.io/rebalance-recommended):
+// the same limits, the same budget shared with expiry, recommended machines first; only the
+// disruption windows do not hold it back (the recommendation is a warning that an interruption
+// may follow soon). So a recommendation sent to a whole spot pool at once surges by maxSurge at a
+// time, never above the group's maximum, instead of by one machine per recommendation.
 
 import { Annotation, ExtensionAnnotation, MachinePhase, PreserveValue } from '../../api/constants.js';
 import {
@@ -22,11 +30,14 @@ import { replicasOf } from '../../api/replicas.js';
 import type { MachineDeployment } from '../../api/types.js';
 import type { DeepReadonly } from '../../kube/informer.js';
 import { isPreserved, isReplacing, isTerminating, phaseOf, type AnyMachine } from '../machines.js';
+import type { Veto } from '../vetoes.js';
 
 type AnyDeployment = MachineDeployment | DeepReadonly<MachineDeployment>;
 
 /** The reason a replacement is asked for (the replacing annotation's value). */
 export const EXPIRED = 'expired';
+/** The replacing annotation's value for a machine replaced after a rebalance recommendation. */
+export const REBALANCE_RECOMMENDED = 'rebalance-recommended';
 
 /** Why expired machines wait; the values are the metric's `reason` label. */
 export const ExpiryBlock = {
@@ -37,6 +48,7 @@ export const ExpiryBlock = {
   Window: 'window',
   Budget: 'budget',
   Surge: 'surge',
+  Max: 'max',
   Pod: 'pod',
 } as const;
 export type ExpiryBlock = (typeof ExpiryBlock)[keyof typeof ExpiryBlock];
@@ -48,13 +60,6 @@ export const ExpiryReason = {
   InvalidSettings: 'InvalidDisruptionSettings',
 } as const;
 
-/** A pod that vetoes voluntary disruption of its node, as the planner is told about it. */
-export interface Veto {
-  pod: string;
-  /** The annotation that vetoes, as `key=value`. */
-  by: string;
-}
-
 export interface ExpiryInput<M extends AnyMachine> {
   mcd: AnyDeployment;
   /** Every machine of the deployment's sets, going ones included. */
@@ -65,6 +70,8 @@ export interface ExpiryInput<M extends AnyMachine> {
     typeof ExpiryBlock.Paused | typeof ExpiryBlock.Frozen | typeof ExpiryBlock.RollingOut | undefined;
   /** The deployment's maxSurge, resolved (expiry surges by at least 1). */
   maxSurge: number;
+  /** The deployment's autoscaler maximum (it is a node group), if any: no surge goes above it. */
+  groupMax?: number | undefined;
   /** Machines named by a standing autoscaler mark (they are going). */
   marked: ReadonlySet<string>;
   /** The pod vetoing voluntary disruption of the machine's node, if any (asked in age order). */
@@ -74,10 +81,18 @@ export interface ExpiryInput<M extends AnyMachine> {
 }
 
 export interface ExpiryPlan<M extends AnyMachine> {
-  /** Whether the deployment asks for expiry at all (an expire-after annotation, valid or not). */
+  /**
+   * Whether there is voluntary replacement to plan: an expire-after annotation (valid or not), or
+   * a machine with a rebalance recommendation.
+   */
   enabled: boolean;
-  /** Expired machines, oldest first, not counting those already being replaced. */
+  /**
+   * Machines due for replacement, not counting those already being replaced: the recommended ones
+   * (rebalance) first, then the expired ones, oldest first.
+   */
   expired: M[];
+  /** Of those, how many have a rebalance recommendation. */
+  recommended: number;
   /** Machines to mark replacing now. */
   start: M[];
   /** Expired machines that wait, with why. */
@@ -97,9 +112,20 @@ function created(m: AnyMachine): number {
   return Number.isNaN(t) ? 0 : t;
 }
 
-/** Replaced for expiry: marked replacing with our reason, whether or not it is being deleted yet. */
-function replacedForExpiry(m: AnyMachine): boolean {
-  return m.metadata.annotations?.[ExtensionAnnotation.Replacing] === EXPIRED;
+/** Replaced voluntarily (expiry, rebalance): marked replacing so, whether or not it is being deleted yet. */
+function replacedVoluntarily(m: AnyMachine): boolean {
+  const v = m.metadata.annotations?.[ExtensionAnnotation.Replacing];
+  return v === EXPIRED || v === REBALANCE_RECOMMENDED;
+}
+
+/** Whether the cloud recommended moving off the machine's VM (recorded by a notice, opted in). */
+export function rebalanceRecommended(m: AnyMachine): boolean {
+  return (m.metadata.annotations?.[ExtensionAnnotation.RebalanceRecommended] ?? '') !== '';
+}
+
+/** The replacing annotation's value when the replacement of `m` starts. */
+export function replacementReasonOf(m: AnyMachine): string {
+  return rebalanceRecommended(m) ? REBALANCE_RECOMMENDED : EXPIRED;
 }
 
 function plural(n: number, word: string): string {
@@ -112,20 +138,35 @@ function earliest(a: number | undefined, b: number | undefined): number | undefi
   return Math.min(a, b);
 }
 
-/** What expiry does for the deployment now (see the file comment). */
+/** What voluntary replacement (expiry, rebalance) does for the deployment now (see the file comment). */
 export function planExpiry<M extends AnyMachine>(input: ExpiryInput<M>): ExpiryPlan<M> {
   const { mcd, machines, now } = input;
   const annotations = mcd.metadata.annotations ?? {};
   const plan: ExpiryPlan<M> = {
     enabled: false,
     expired: [],
+    recommended: 0,
     start: [],
     blocked: [],
     inFlight: 0,
     problems: [],
   };
   const expireAfter = parseExpireAfter(annotations[ExtensionAnnotation.ExpireAfter]);
-  if (expireAfter.ok && expireAfter.ms === undefined) return plan;
+  const noExpiry = expireAfter.ok && expireAfter.ms === undefined;
+  // Candidates: Running machines that stay.
+  const candidates = machines.filter(
+    (m) =>
+      !isTerminating(m) &&
+      !isReplacing(m) &&
+      !input.started.has(m.metadata.name ?? '') &&
+      !input.marked.has(m.metadata.name ?? '') &&
+      phaseOf(m) === MachinePhase.Running &&
+      !isPreserved(m, now) &&
+      m.metadata.annotations?.[Annotation.Preserve] !== PreserveValue.Now,
+  );
+  const recommended = candidates.filter(rebalanceRecommended);
+  const inFlight = machines.filter((m) => replacedVoluntarily(m) || input.started.has(m.metadata.name ?? ''));
+  if (noExpiry && recommended.length === 0 && inFlight.length === 0) return plan;
   plan.enabled = true;
   const replicas = replicasOf(mcd);
   const budget = parseDisruptionBudget(annotations[ExtensionAnnotation.DisruptionBudget], replicas);
@@ -133,10 +174,8 @@ export function planExpiry<M extends AnyMachine>(input: ExpiryInput<M>): ExpiryP
   if (!expireAfter.ok) plan.problems.push(expireAfter.problem);
   if (!budget.ok) plan.problems.push(budget.problem);
   if (!schedule.ok) plan.problems.push(schedule.problem);
-
-  const inFlight = machines.filter((m) => replacedForExpiry(m) || input.started.has(m.metadata.name ?? ''));
   plan.inFlight = inFlight.length;
-  if (!expireAfter.ok || expireAfter.ms === undefined) {
+  if (!expireAfter.ok) {
     plan.condition = {
       status: 'False',
       reason: ExpiryReason.InvalidSettings,
@@ -146,30 +185,20 @@ export function planExpiry<M extends AnyMachine>(input: ExpiryInput<M>): ExpiryP
   }
   const ttl = expireAfter.ms;
 
-  // Candidates: Running machines that stay, oldest first.
-  const candidates = machines
-    .filter(
-      (m) =>
-        !isTerminating(m) &&
-        !isReplacing(m) &&
-        !input.started.has(m.metadata.name ?? '') &&
-        !input.marked.has(m.metadata.name ?? '') &&
-        phaseOf(m) === MachinePhase.Running &&
-        !isPreserved(m, now) &&
-        m.metadata.annotations?.[Annotation.Preserve] !== PreserveValue.Now,
-    )
-    .sort((a, b) => created(a) - created(b) || (a.metadata.name ?? '').localeCompare(b.metadata.name ?? ''));
+  const byAge = (a: M, b: M): number =>
+    created(a) - created(b) || (a.metadata.name ?? '').localeCompare(b.metadata.name ?? '');
+  plan.expired.push(...[...recommended].sort(byAge));
+  plan.recommended = recommended.length;
   let nextExpiry: number | undefined;
-  for (const m of candidates) {
-    const at = created(m) + ttl;
-    if (at <= now) plan.expired.push(m);
-    else nextExpiry = earliest(nextExpiry, at);
+  if (ttl !== undefined) {
+    for (const m of candidates.filter((x) => !rebalanceRecommended(x)).sort(byAge)) {
+      const at = created(m) + ttl;
+      if (at <= now) plan.expired.push(m);
+      else nextExpiry = earliest(nextExpiry, at);
+    }
   }
   plan.recheckAt = nextExpiry;
 
-  const block = (reason: ExpiryBlock, detail: string, from = 0): void => {
-    for (const m of plan.expired.slice(from)) plan.blocked.push({ machine: m, reason, detail });
-  };
   const settledBlock = plan.problems.length > 0 ? ExpiryBlock.Invalid : input.unsettled;
   const window = schedule.ok ? windowState(schedule.windows, now) : { open: false, changesAt: undefined };
   const allowed = budget.ok ? budget.allowed : 0;
@@ -181,6 +210,8 @@ export function planExpiry<M extends AnyMachine>(input: ExpiryInput<M>): ExpiryP
     (m) => !isTerminating(m) && (isReplacing(m) || input.started.has(m.metadata.name ?? '')),
   ).length;
   const surgeRoom = Math.max(1, input.maxSurge) - replacingNow - Math.max(0, staying - replicas);
+  // The group's maximum: every replacement adds a machine until its old one goes.
+  const maxRoom = input.groupMax === undefined ? Infinity : input.groupMax - staying - replacingNow;
 
   if (plan.expired.length > 0) {
     if (settledBlock !== undefined) {
@@ -192,20 +223,24 @@ export function planExpiry<M extends AnyMachine>(input: ExpiryInput<M>): ExpiryP
             : settledBlock === ExpiryBlock.Frozen
               ? 'the deployment is frozen by the safety controller'
               : 'a rollout is in progress (it replaces machines itself)';
-      block(settledBlock, detail);
-    } else if (!window.open) {
+      for (const m of plan.expired) plan.blocked.push({ machine: m, reason: settledBlock, detail });
+    } else {
+      let budgetLeft = allowed - inFlight.length;
+      let surgeLeft = surgeRoom;
+      let maxLeft = maxRoom;
       const opens =
         window.changesAt === undefined
           ? 'no window opens within a year'
           : `the next opens at ${new Date(window.changesAt).toISOString()}`;
-      block(ExpiryBlock.Window, `outside the disruption windows (${opens})`);
-      plan.recheckAt = earliest(plan.recheckAt, window.changesAt);
-    } else {
-      let budgetLeft = allowed - inFlight.length;
-      let surgeLeft = surgeRoom;
       for (const m of plan.expired) {
         const veto = input.vetoOf(m);
-        if (veto !== undefined) {
+        if (!window.open && !rebalanceRecommended(m)) {
+          plan.blocked.push({
+            machine: m,
+            reason: ExpiryBlock.Window,
+            detail: `outside the disruption windows (${opens})`,
+          });
+        } else if (veto !== undefined) {
           plan.blocked.push({
             machine: m,
             reason: ExpiryBlock.Pod,
@@ -217,6 +252,12 @@ export function planExpiry<M extends AnyMachine>(input: ExpiryInput<M>): ExpiryP
             reason: ExpiryBlock.Budget,
             detail: `the disruption budget of ${plural(allowed, 'machine')} is in use`,
           });
+        } else if (maxLeft <= 0) {
+          plan.blocked.push({
+            machine: m,
+            reason: ExpiryBlock.Max,
+            detail: `the deployment is at its autoscaler maximum of ${plural(input.groupMax ?? 0, 'machine')}`,
+          });
         } else if (surgeLeft <= 0) {
           plan.blocked.push({
             machine: m,
@@ -227,9 +268,10 @@ export function planExpiry<M extends AnyMachine>(input: ExpiryInput<M>): ExpiryP
           plan.start.push(m);
           budgetLeft--;
           surgeLeft--;
+          maxLeft--;
         }
       }
-      if (schedule.ok && schedule.windows.length > 0)
+      if (!window.open || (schedule.ok && schedule.windows.length > 0))
         plan.recheckAt = earliest(plan.recheckAt, window.changesAt);
     }
   }
@@ -237,7 +279,10 @@ export function planExpiry<M extends AnyMachine>(input: ExpiryInput<M>): ExpiryP
   return plan;
 }
 
-function expiryCondition<M extends AnyMachine>(plan: ExpiryPlan<M>, ttl: number): ExpiryPlan<M>['condition'] {
+function expiryCondition<M extends AnyMachine>(
+  plan: ExpiryPlan<M>,
+  ttl: number | undefined,
+): ExpiryPlan<M>['condition'] {
   const waiting = plan.blocked.filter((b) => b.reason !== ExpiryBlock.Surge);
   const replacing = plan.inFlight + plan.start.length;
   if (plan.expired.length === 0 && replacing === 0) {
@@ -249,10 +294,11 @@ function expiryCondition<M extends AnyMachine>(plan: ExpiryPlan<M>, ttl: number)
       };
     return undefined;
   }
-  const parts = [
-    `${plural(plan.expired.length, 'machine')} older than ${formatGoDuration(ttl)}`,
-    `${replacing} being replaced`,
-  ];
+  const parts: string[] = [];
+  const aged = plan.expired.length - plan.recommended;
+  if (ttl !== undefined) parts.push(`${plural(aged, 'machine')} older than ${formatGoDuration(ttl)}`);
+  if (plan.recommended > 0) parts.push(`${plan.recommended} with a rebalance recommendation`);
+  parts.push(`${replacing} being replaced`);
   const byReason = new Map<ExpiryBlock, { count: number; detail: string; names: string[] }>();
   for (const b of plan.blocked) {
     const e = byReason.get(b.reason) ?? { count: 0, detail: b.detail, names: [] };

@@ -100,6 +100,8 @@ export interface PassDeps {
   clock: Clock;
   recorder: EventRecorder;
   settings: ControllerSettings;
+  /** The deployment's autoscaler maximum when it is a node group (voluntary surges stay under it). */
+  groupMaxOf?: (mcd: DeepReadonly<MachineDeployment> | MachineDeployment) => number | undefined;
 }
 
 /**

@@ -24,12 +24,14 @@ import { jsonEqual } from '../../kube/equal.js';
 import { errorMessage, isConflict, isNotFound } from '../../kube/errors.js';
 import type { EventRecorder } from '../../kube/events.js';
 import { CONTROLLER_UID_INDEX, clone, objectKey, type DeepReadonly } from '../../kube/informer.js';
+import type { Pod } from '../../kube/types.js';
 import type { Logger } from '../../observability/logger.js';
 import { rfc3339 } from '../conditions.js';
 import type { MachineCounts } from '../accounting.js';
-import type { ControllerContext } from '../context.js';
+import { MACHINE_NODE_INDEX, type ControllerContext } from '../context.js';
 import { Expectations } from '../expectations.js';
-import { controllerRefOf, phaseOf, type AnyMachine } from '../machines.js';
+import { controllerRefOf, isReplacing, phaseOf, type AnyMachine } from '../machines.js';
+import { machineVeto, podVeto } from '../vetoes.js';
 import {
   addFinalizer,
   cachedController,
@@ -168,6 +170,24 @@ export class MachineSetController {
         }
       },
     });
+    // A replaced machine waits for the pod vetoing disruption of its node: its end wakes the set.
+    const vetoEnded = (p: DeepReadonly<Pod>): void => {
+      const node = p.spec?.nodeName;
+      if (node === undefined || node === '') return;
+      for (const m of machines.byIndex(MACHINE_NODE_INDEX, node)) {
+        if (!isReplacing(m)) continue;
+        const owner = this.ownerOf(m);
+        if (owner !== undefined) this.enqueue(owner);
+      }
+    };
+    this.ctx.informers.drain?.pods.addHandler({
+      onUpdate: (old, p) => {
+        if (podVeto(old) !== undefined && podVeto(p) === undefined) vetoEnded(p);
+      },
+      onDelete: (p) => {
+        if (podVeto(p) !== undefined) vetoEnded(p);
+      },
+    });
   }
 
   start(): void {
@@ -222,9 +242,12 @@ export class MachineSetController {
     machines = await this.manageAutoPreservation(ms, machines);
 
     let failure: ReplicaFailure | undefined;
+    let recheckAfter: number | undefined;
     if (!deleting) {
       if (this.expectations.satisfied(key)) {
-        failure = await this.manageReplicas(ms, machines, log);
+        const managed = await this.manageReplicas(ms, machines, log);
+        failure = managed.failure;
+        recheckAfter = managed.recheckAfter;
       } else {
         log.debug(
           'waiting for earlier creations/deletions to show up in the cache',
@@ -265,7 +288,7 @@ export class MachineSetController {
     if (failure !== undefined) {
       throw new Error(`MachineSet ${key}: ${failure.message}`, { cause: failure.error });
     }
-    return { requeueAfter: wait ?? MACHINESET_RESYNC_MS };
+    return { requeueAfter: Math.min(wait ?? MACHINESET_RESYNC_MS, recheckAfter ?? Infinity) };
   }
 
   /**
@@ -300,6 +323,7 @@ export class MachineSetController {
   ): Promise<ReconcileResult> {
     const key = objectKey(ms);
     let failure: ReplicaFailure | undefined;
+    let recheckAfter: number | undefined;
     if (quick.plan === undefined) {
       log.debug(
         'waiting for earlier creations/deletions to show up in the cache',
@@ -312,7 +336,9 @@ export class MachineSetController {
       const own = this.ctx.informers.machines
         .byIndex(CONTROLLER_UID_INDEX, ms.metadata.uid ?? '')
         .filter((m) => m.metadata.namespace === ms.metadata.namespace);
-      failure = await this.manageReplicas(ms, own, log);
+      const managed = await this.manageReplicas(ms, own, log);
+      failure = managed.failure;
+      recheckAfter = managed.recheckAfter;
     } else {
       failure = await this.executePlan(ms, quick.plan, log);
     }
@@ -328,7 +354,7 @@ export class MachineSetController {
     if (failure !== undefined) {
       throw new Error(`MachineSet ${key}: ${failure.message}`, { cause: failure.error });
     }
-    return { requeueAfter: wait ?? MACHINESET_RESYNC_MS };
+    return { requeueAfter: Math.min(wait ?? MACHINESET_RESYNC_MS, recheckAfter ?? Infinity) };
   }
 
   /**
@@ -415,17 +441,40 @@ export class MachineSetController {
     return machines.map((m) => updated.get(m.metadata.uid ?? '') ?? m);
   }
 
-  /** Creates or deletes machines per planReplicas; returns the failure to report, if any. */
+  /**
+   * Creates or deletes machines per planReplicas; returns the failure to report, if any, and when
+   * the set must be looked at again without an event (an interrupted machine kept for now).
+   */
   private async manageReplicas(
     ms: MachineSet,
     machines: readonly AnyMachine[],
     log: Logger,
-  ): Promise<ReplicaFailure | undefined> {
-    return this.executePlan(
-      ms,
-      planReplicas(ms, machines, this.ctx.clock.now(), this.ctx.settings.burstReplicas),
-      log,
-    );
+  ): Promise<{ failure: ReplicaFailure | undefined; recheckAfter?: number }> {
+    const now = this.ctx.clock.now();
+    const pods = this.ctx.informers.drain?.pods;
+    const plan = planReplicas(ms, machines, now, this.ctx.settings.burstReplicas, {
+      interruptionDrainLeadMs: this.ctx.settings.interruptionDrainLeadMs,
+      vetoOf: (m) => {
+        const v = machineVeto(pods, m);
+        return v === undefined ? undefined : `${v.pod} (${v.by})`;
+      },
+    });
+    for (const h of plan.held ?? []) {
+      log.verbose('replaced machine kept: a pod on its node vetoes disruption', {
+        machine: h.machine.metadata.name,
+        veto: h.veto,
+      });
+      this.recorder.event(
+        h.machine,
+        'Normal',
+        EventReason.DisruptionVetoed,
+        `Machine is replaced, but pod ${h.veto} on its node vetoes disruption: it is deleted once that pod is gone (its node takes no new pods)`,
+      );
+    }
+    const failure = await this.executePlan(ms, plan, log);
+    return plan.recheckAt === undefined
+      ? { failure }
+      : { failure, recheckAfter: Math.max(1000, plan.recheckAt - now) };
   }
 
   /** Creates or deletes machines as planned; returns the failure to report, if any. */

@@ -5,6 +5,7 @@ import type { DeepReadonly } from '../../kube/informer.js';
 import type { MachineCounts } from '../accounting.js';
 import {
   isAvailable,
+  interruptionDeadlineOf,
   isFailed,
   isInterrupted,
   isReplacing,
@@ -25,6 +26,24 @@ export interface ReplicaPlan<M extends AnyMachine> {
   delete: { machine: M; reason: DeletionReason }[];
   /** Why a needed scale-up is not done. */
   scaleUpBlocked?: 'frozen' | 'scale-up-disabled';
+  /** Replaced machines kept because a pod on their node vetoes voluntary disruption, with the veto. */
+  held?: { machine: M; veto: string }[];
+  /** When an interrupted machine kept for now must go (its deadline minus the drain lead). */
+  recheckAt?: number;
+}
+
+export interface ReplicaOptions<M extends AnyMachine> {
+  /**
+   * How long before its interruption deadline an interrupted machine is deleted (its node's drain
+   * starts) when its replacement is not available by then (--interruption-drain-lead).
+   */
+  interruptionDrainLeadMs?: number;
+  /**
+   * The pod vetoing voluntary disruption of the machine's node, if any (karpenter.sh/do-not-disrupt,
+   * cluster-autoscaler.kubernetes.io/safe-to-evict=false), as `namespace/name (annotation)`. A
+   * machine replaced for a voluntary reason (expiry, rebalance) is not deleted while one runs there.
+   */
+  vetoOf?: (m: M) => string | undefined;
 }
 
 /**
@@ -46,17 +65,24 @@ export interface ReplicaPlan<M extends AnyMachine> {
  *   in the place of each (surge first); each is deleted once the set holds its replicas without
  *   it and deleting it keeps at least replicas machines available (one that is not available
  *   costs nothing). They go first in the scale-down order too.
- * - interrupted machines (isInterrupted: their VM is about to go) are deleted at once, in the same
- *   pass that creates their replacement, even while creation is blocked: the cloud takes the VM
- *   at its deadline whether the replacement is available or not, and its node's drain must start
- *   now to end before then.
+ * - interrupted machines (isInterrupted: their VM is about to go) get their replacement at once, one
+ *   for one, as any machine being replaced (they do not count); each is deleted once its replacement is available
+ *   (the set holds its replicas available without it), or, when that takes too long, at its
+ *   interruption deadline minus the drain lead, whichever comes first: its pods move once, onto a
+ *   node that is ready for them, and its drain still ends by the deadline. A machine that is not
+ *   available (its pods are not served) goes at once. They go even while creation is blocked.
+ * - a machine replaced for a voluntary reason (expiry, rebalance) is not deleted while a pod on its
+ *   node vetoes disruption (vetoOf): its node takes no new pods (the machine controller taints it),
+ *   so the veto is the last one's; it is held above the replicas until that pod goes.
  */
 export function planReplicas<M extends AnyMachine>(
   ms: MachineSet | DeepReadonly<MachineSet>,
   machines: readonly M[],
   now: number,
   burst: number,
+  opts: ReplicaOptions<M> = {},
 ): ReplicaPlan<M> {
+  const lead = opts.interruptionDrainLeadMs ?? 0;
   const replicas = replicasOf(ms);
   const active = machines.filter((m) => !isTerminating(m));
   const removable = active.filter(
@@ -73,28 +99,46 @@ export function planReplicas<M extends AnyMachine>(
   const replacing = active.filter(isReplacing);
   const diff = active.length - replacing.length - replicas;
   const interrupted = replacing.filter(isInterrupted);
+  let available = active.filter(isAvailable).length;
+  // Interrupted machines: at once when not available or the deadline is near, else once the set
+  // holds its replicas available without them (their replacements are up).
+  for (const m of interrupted) {
+    const dueAt = (interruptionDeadlineOf(m) ?? now) - lead;
+    if (!isAvailable(m) || now >= dueAt) take(m, 'interrupted');
+    else if (available - 1 >= replicas) take(m, 'interrupted');
+    if (!chosen.has(m)) {
+      plan.recheckAt = Math.min(plan.recheckAt ?? Infinity, dueAt);
+      continue;
+    }
+    if (isAvailable(m)) available--;
+  }
   if (diff < 0) {
     const creations = planCreations(ms, -diff, burst);
-    for (const m of interrupted) take(m, 'interrupted');
-    return { ...creations, delete: plan.delete };
+    return {
+      ...creations,
+      delete: plan.delete,
+      ...(plan.recheckAt === undefined ? {} : { recheckAt: plan.recheckAt }),
+    };
   }
 
-  let available = active.filter(isAvailable).length;
-  for (const m of interrupted) {
-    take(m, 'interrupted');
-    if (chosen.has(m) && isAvailable(m)) available--;
-  }
   // Replaced machines whose replacement is there: not available ones at once, then while the
-  // available machines stay at least the replicas.
+  // available machines stay at least the replicas; not while a pod on their node vetoes it.
+  const held: { machine: M; veto: string }[] = [];
   const byAvailability = [...replacing].sort((a, b) => Number(isAvailable(a)) - Number(isAvailable(b)));
   for (const m of byAvailability) {
-    if (chosen.has(m)) continue;
+    if (chosen.has(m) || isInterrupted(m)) continue;
+    const veto = opts.vetoOf?.(m);
+    if (veto !== undefined) {
+      held.push({ machine: m, veto });
+      continue;
+    }
     if (!isAvailable(m)) take(m, 'replaced');
     else if (available - 1 >= replicas) {
       take(m, 'replaced');
       if (chosen.has(m)) available--;
     }
   }
+  if (held.length > 0) plan.held = held;
   // The replaced machines that stay for now keep their place above the replicas.
   const floor = replicas + replacing.filter((m) => !chosen.has(m)).length;
 

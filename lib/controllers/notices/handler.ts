@@ -1,11 +1,10 @@
 // Notices about VMs, the writing side: finds the VM's machine through the providerID index, reads
 // it fresh from the API (the cache may not show a record this process just wrote), and writes what
-// plan.ts decides: annotations, then the Failed status (conditional on the version the annotations
-// left), the deletion of a machine nothing replaces, the node's condition, the event. Notices about
+// plan.ts decides: annotations (conditional on the version read), the deletion of a machine
+// nothing replaces, the node's condition, the event. Notices about
 // one VM are handled one at a time, so two copies of a notice arriving together are acted on once.
 // Every write is fenced by the Lease (the clients) and carries the caller's signal.
 
-import { MachinePhase } from '../../api/constants.js';
 import { MachineResource, type Machine } from '../../api/types.js';
 import type { VmNotice, VmNoticeOutcome, VmNoticeSink } from '../../driver/notices.js';
 import type { KubeApi } from '../../kube/client.js';
@@ -16,7 +15,6 @@ import type { DeepReadonly, Informer } from '../../kube/informer.js';
 import { CoreResources } from '../../kube/resources.js';
 import type { Node } from '../../kube/types.js';
 import type { Logger } from '../../observability/logger.js';
-import { rfc3339 } from '../conditions.js';
 import { MACHINE_PROVIDER_ID_INDEX } from '../context.js';
 import { nodeBelongsTo, sameVM, vmKey } from '../machines.js';
 import { planNotice, type NoticePlan } from './plan.js';
@@ -111,7 +109,6 @@ export class VmNoticeHandler implements VmNoticeSink {
         providerID: notice.providerID,
         kind: notice.kind,
         annotations: plan.annotations,
-        failed: plan.fail !== undefined,
         deleted: plan.deleteMachine === true,
         nodeCondition: plan.nodeCondition?.type,
       });
@@ -144,21 +141,6 @@ export class VmNoticeHandler implements VmNoticeSink {
         name,
         { metadata: { annotations: plan.annotations, resourceVersion: current.metadata.resourceVersion } },
         { type: 'merge', namespace, ...(signal === undefined ? {} : { signal }) },
-      );
-    }
-    if (plan.fail !== undefined) {
-      const now = rfc3339(this.opts.clock.now());
-      current = await client.patch<Machine>(
-        MachineResource,
-        name,
-        {
-          metadata: { resourceVersion: current.metadata.resourceVersion },
-          status: {
-            currentStatus: { phase: MachinePhase.Failed, lastUpdateTime: now },
-            lastOperation: { ...plan.fail, errorCode: null },
-          },
-        },
-        { type: 'merge', namespace, subresource: 'status', ...(signal === undefined ? {} : { signal }) },
       );
     }
     if (plan.deleteMachine === true) {

@@ -1,32 +1,29 @@
 // What a notice about a machine's VM asks for (pure; handler.ts writes it): the record on the
-// machine that makes the rest happen, or why nothing is to be recorded.
+// machine that makes the rest happen, or why nothing is to be recorded. A notice only records
+// facts; the controllers act on them within the limits they apply to their own decisions, so a
+// cloud event that hits a whole zone or pool at once cannot take more than those limits allow.
 //
-// - An interruption (the VM goes soon): the machine is marked replacing with the VM's deadline;
-//   its MachineSet creates the replacement and deletes the machine at once, and the deletion's
-//   drain is forced at the deadline. A machine no MachineSet owns has nothing to replace it and is
-//   deleted. A machine already being deleted only gets the deadline, which bounds its drain.
+// - An interruption (the VM goes soon, whatever we do): the machine is marked replacing with the
+//   VM's deadline; its MachineSet creates the replacement at once, one for one, and deletes the
+//   machine once the replacement is available or when the deadline is near, whichever comes first
+//   (its node is tainted at once, so no new pod lands there). A machine no MachineSet owns has
+//   nothing to replace it and is deleted. A machine already being deleted only gets the deadline,
+//   which bounds its drain.
 // - A rebalance recommendation: the node's RebalanceRecommended condition and an event; opted in,
-//   a replacement as for an interruption without deadline (surge first: the machine goes once its
-//   replacement is available, as expiry does).
-// - A stop or termination of a machine that is not being deleted (the manager did not ask for
-//   it): the machine is marked Failed at once, without the health timeout, and replaced as any
-//   Failed machine is; the deadline (the notice's time) forces its drain, since its pods are gone.
-// - An impaired VM (the cloud's own health checks failed for longer than the provider's timeout):
-//   the same. Its drain is forced too: the check that fails is reachability, so the kubelet cannot
-//   act on evictions either; an eviction drain would wait for the drain timeout (2 h by default)
-//   while pods that no longer serve still count as available for their budgets and Services.
+//   the machine is marked rebalance-recommended, and its MachineDeployment replaces it as voluntary
+//   disruption (surge first, within its disruption budget, maxSurge and autoscaler maximum).
+// - A stop, termination or impairment of a machine that is not being deleted (the manager did
+//   not ask for it): the machine is marked with the failure (vm-failure). A joined machine is
+//   then marked Failed by the machine controller within its deployment's replacement budget, and
+//   replaced as any Failed machine is; one still being created is a failed launch, Failed at once,
+//   and its class's launches back off. A stopped or terminated VM is gone with its pods: the
+//   deadline (the notice's time) forces its node's drain. An impaired VM may still run its pods:
+//   its node is drained with evictions while it is Ready, forced only once it is not.
 //
 // A record already there makes the notice a duplicate: what is recorded on the machine, not
 // memory, decides, so a notice delivered again after a restart, or twice, is acted on once.
 
-import {
-  ExtensionAnnotation,
-  MachineOperationType,
-  MachinePhase,
-  MachineState,
-  NodeConditionType,
-} from '../../api/constants.js';
-import type { LastOperation } from '../../api/types.js';
+import { ExtensionAnnotation, NodeConditionType } from '../../api/constants.js';
 import { VmNoticeKind, type VmNotice } from '../../driver/notices.js';
 import type { DeepReadonly } from '../../kube/informer.js';
 import type { EventType } from '../../kube/events.js';
@@ -34,16 +31,16 @@ import type { Node, NodeCondition } from '../../kube/types.js';
 import { rfc3339 } from '../conditions.js';
 import {
   controllerRefOf,
+  hasJoined,
   interruptionDeadlineOf,
+  isReplacing,
   isTerminating,
-  phaseOf,
+  vmFailureOf,
   type AnyMachine,
 } from '../machines.js';
 
 /** The replacing annotation's value on a machine whose VM is interrupted. */
 export const REPLACING_INTERRUPTED = 'interrupted';
-/** The replacing annotation's value on a machine replaced after a rebalance recommendation (opted in). */
-export const REPLACING_REBALANCE = 'rebalance-recommended';
 
 export interface NoticeEvent {
   type: EventType;
@@ -57,8 +54,6 @@ export type NoticePlan =
       outcome: 'acted';
       /** Machine annotations to set. */
       annotations?: Record<string, string>;
-      /** The machine's status becomes Failed with this last operation. */
-      fail?: LastOperation;
       /** The machine is deleted (nothing else would replace it). */
       deleteMachine?: boolean;
       /** The node's condition to set. */
@@ -92,14 +87,15 @@ export function planNotice(
     case VmNoticeKind.Interruption:
       return planReplacement(m, notice, notice.deadline, REPLACING_INTERRUPTED);
     case VmNoticeKind.Rebalance:
-      if (notice.replace === true && ownedBySet(m))
-        return planReplacement(m, notice, undefined, REPLACING_REBALANCE);
-      return planAdvice(m, notice, now, node);
+      return planAdvice(m, notice, now, node, notice.replace === true && ownedBySet(m));
     case VmNoticeKind.Stopped:
     case VmNoticeKind.Terminated:
-      return planFailure(m, notice, now, ', which the machine controller did not ask for');
+      return planFailure(m, notice, {
+        vmGone: true,
+        aside: ', which the machine controller did not ask for',
+      });
     case VmNoticeKind.Impaired:
-      return planFailure(m, notice, now, '');
+      return planFailure(m, notice, { vmGone: false, aside: '' });
   }
 }
 
@@ -153,7 +149,7 @@ function planReplacement(
   const how =
     wantDeadline === undefined
       ? 'its MachineSet creates a replacement and deletes it once the replacement is available'
-      : `its MachineSet creates a replacement and deletes it now, its node drained${by}`;
+      : `its node takes no new pods; its MachineSet creates a replacement and deletes it once the replacement is available or when the deadline is near, its node drained${by}`;
   return {
     outcome: 'acted',
     annotations: changes,
@@ -166,56 +162,75 @@ function planAdvice(
   notice: VmNotice,
   now: number,
   node: Node | DeepReadonly<Node> | undefined,
+  replace: boolean,
 ): NoticePlan {
   const name = m.metadata.name ?? '';
   if (isTerminating(m)) return { outcome: 'ignored', why: `machine ${name} is being deleted` };
-  const event: NoticeEvent = { type: 'Normal', reason: notice.reason, message: notice.message };
-  if (node === undefined) return { outcome: 'acted', event };
-  const current = node.status?.conditions?.find((c) => c.type === NodeConditionType.RebalanceRecommended);
-  if (current?.status === 'True')
-    return { outcome: 'duplicate', why: `node ${node.metadata.name ?? ''} has the condition already` };
+  const current = node?.status?.conditions?.find((c) => c.type === NodeConditionType.RebalanceRecommended);
+  const wantCondition = node !== undefined && current?.status !== 'True';
+  // Opted in: recorded on the machine for its deployment's voluntary replacement (once; a machine
+  // being replaced already needs nothing more).
+  const recorded = (m.metadata.annotations?.[ExtensionAnnotation.RebalanceRecommended] ?? '') !== '';
+  const wantMark = replace && !recorded && !isReplacing(m);
+  if (!wantCondition && !wantMark) {
+    if (node !== undefined || replace)
+      return { outcome: 'duplicate', why: `the recommendation for machine ${name} is recorded already` };
+  }
   const at = rfc3339(now);
+  const message = wantMark
+    ? `${notice.message}: its MachineDeployment replaces it surge first, within its disruption budget, maxSurge and autoscaler maximum`
+    : notice.message;
   return {
     outcome: 'acted',
-    nodeCondition: {
-      type: NodeConditionType.RebalanceRecommended,
-      status: 'True',
-      reason: notice.reason,
-      message: notice.message,
-      lastHeartbeatTime: at,
-      lastTransitionTime: at,
-    },
-    event,
+    ...(wantMark ? { annotations: { [ExtensionAnnotation.RebalanceRecommended]: iso(notice.sentAt) } } : {}),
+    ...(wantCondition
+      ? {
+          nodeCondition: {
+            type: NodeConditionType.RebalanceRecommended,
+            status: 'True',
+            reason: notice.reason,
+            message: notice.message,
+            lastHeartbeatTime: at,
+            lastTransitionTime: at,
+          },
+        }
+      : {}),
+    event: { type: 'Normal', reason: notice.reason, message },
   };
 }
 
-/** Fails the machine at once; `aside` follows the notice's message in the description. */
-function planFailure(m: AnyMachine, notice: VmNotice, now: number, aside: string): NoticePlan {
+/**
+ * Records the VM's failure (vm-failure, and for a VM that is gone the deadline that forces its
+ * node's drain); the machine controller marks the machine Failed. `aside` follows the notice's
+ * message in the event.
+ */
+function planFailure(
+  m: AnyMachine,
+  notice: VmNotice,
+  { vmGone, aside }: { vmGone: boolean; aside: string },
+): NoticePlan {
   const name = m.metadata.name ?? '';
   // The manager stops nothing, and terminates the VMs of the machines it deletes: a machine being
   // deleted caused the notice (or no longer cares; its deletion replaces the VM anyway).
   if (isTerminating(m)) return { outcome: 'ignored', why: `machine ${name} is being deleted` };
-  const recorded = interruptionDeadlineOf(m);
-  const deadline = earlier(recorded, notice.sentAt);
-  const failed = phaseOf(m) === MachinePhase.Failed;
-  if (failed && recorded !== undefined)
-    return { outcome: 'duplicate', why: `machine ${name} is marked Failed already` };
-  const description = `${notice.message}${aside}: machine ${name} is marked Failed to be replaced`;
+  const joined = hasJoined(m);
+  const annotations: Record<string, string> = {};
+  if (vmFailureOf(m) === undefined) annotations[ExtensionAnnotation.VmFailure] = notice.reason;
+  // A joined machine's node may still show pods that are gone with the VM: the deadline forces
+  // their deletion instead of evictions nobody answers. A launch has no pods to drain.
+  if (vmGone && joined) {
+    const recorded = interruptionDeadlineOf(m);
+    const deadline = earlier(recorded, notice.sentAt);
+    if (deadline !== recorded) annotations[ExtensionAnnotation.InterruptionDeadline] = iso(deadline);
+  }
+  if (Object.keys(annotations).length === 0)
+    return { outcome: 'duplicate', why: `the failure of machine ${name}'s VM is recorded already` };
+  const what = joined
+    ? `machine ${name} is marked Failed to be replaced, within its deployment's replacement budget`
+    : `the launch of machine ${name} failed; it is replaced, and its class's launches back off`;
   return {
     outcome: 'acted',
-    ...(deadline === recorded
-      ? {}
-      : { annotations: { [ExtensionAnnotation.InterruptionDeadline]: iso(deadline) } }),
-    ...(failed
-      ? {}
-      : {
-          fail: {
-            type: MachineOperationType.HealthCheck,
-            state: MachineState.Failed,
-            description,
-            lastUpdateTime: rfc3339(now),
-          },
-        }),
-    event: { type: 'Warning', reason: notice.reason, message: description },
+    annotations,
+    event: { type: 'Warning', reason: notice.reason, message: `${notice.message}${aside}: ${what}` },
   };
 }

@@ -11,7 +11,7 @@ import { replicasOf } from '../../api/replicas.js';
 import type { MachineDeployment, MachineSet } from '../../api/types.js';
 import type { DeepReadonly } from '../../kube/informer.js';
 import { selectorMatches } from '../../kube/labels.js';
-import { isReplacing, isTerminating, type AnyMachine } from '../machines.js';
+import { isInterrupted, isTerminating, type AnyMachine } from '../machines.js';
 
 type AnySet = MachineSet | DeepReadonly<MachineSet>;
 type AnyDeployment = MachineDeployment | DeepReadonly<MachineDeployment>;
@@ -51,15 +51,17 @@ export function overshootThresholds(
 
 /**
  * The set's machines that count toward an overshoot: its own (`owned`), carrying the template
- * labels, and meant to stay: not being deleted, not being replaced (expiry: the replacement counts
- * in its place) and not named by a standing autoscaler mark.
+ * labels, not being deleted, not named by a standing autoscaler mark, and not interrupted (their
+ * VM goes whatever we do: their replacement counts in their place, one for one). A machine being
+ * replaced for a voluntary reason (expiry, rebalance) counts beside its replacement: such surges
+ * stay within the deployment's maxSurge, and a storm of them beyond it freezes the set.
  */
 export function overshootCount(ms: AnySet, owned: readonly AnyMachine[], going: ReadonlySet<string>): number {
   const templateLabels = ms.spec?.template?.metadata?.labels ?? {};
   return owned.filter(
     (m) =>
       !isTerminating(m) &&
-      !isReplacing(m) &&
+      !isInterrupted(m) &&
       !going.has(m.metadata.name ?? '') &&
       selectorMatches({ matchLabels: templateLabels }, m.metadata.labels),
   ).length;

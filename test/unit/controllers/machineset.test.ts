@@ -11,6 +11,7 @@ import {
 } from '../../../lib/controllers/machineset/controller.js';
 import { planReplicas, slowStartBatch } from '../../../lib/controllers/machineset/replicas.js';
 import { ConflictError, InvalidError, UnavailableError } from '../../../lib/kube/errors.js';
+import { CoreResources } from '../../../lib/kube/resources.js';
 import { CapturingLogger, nullLogger } from '../../../lib/observability/logger.js';
 import { eventually } from '../helpers/eventually.js';
 import { NS, machine, machineSet } from './builders.js';
@@ -170,29 +171,59 @@ describe('planReplicas', () => {
     expect(sortForDeletion([b, a], NOW).map((m) => m.metadata.name)).to.deep.equal(['a', 'b']);
   });
 
-  it('an interrupted machine (replacing, with an interruption deadline) goes in the pass that creates its replacement, without waiting for it', () => {
+  it('an interrupted machine gets its replacement at once and goes once the replacement is available, its pods moving once', () => {
     const interrupted = {
       'machine.mcm-ts.io/replacing': 'interrupted',
       'machine.mcm-ts.io/interruption-deadline': '2026-11-21T10:01:30Z',
     };
+    const deadline = Date.parse('2026-11-21T10:01:30Z');
+    const lead = { interruptionDrainLeadMs: 30_000 };
     const a = machine('a', { owner: ms, annotations: interrupted });
     const b = machine('b', { owner: ms });
-    expect(planReplicas(ms, [a, b], NOW, 100)).to.deep.include({
+    // The replacement at once; the machine stays (its node serves its pods) until the deadline nears.
+    expect(planReplicas(ms, [a, b], NOW, 100, lead)).to.deep.include({
       create: 1,
-      delete: [{ machine: a, reason: 'interrupted' }],
+      delete: [],
+      recheckAt: deadline - 30_000,
     });
-    // Its replacement exists but is not available: it goes all the same.
+    // Its replacement exists but is not available yet: it still stays.
     const c = machine('c', { owner: ms, phase: 'Pending' });
-    expect(planReplicas(ms, [a, b, c], NOW, 100)).to.deep.include({
-      create: 0,
-      delete: [{ machine: a, reason: 'interrupted' }],
+    expect(planReplicas(ms, [a, b, c], NOW, 100, lead)).to.deep.include({ create: 0, delete: [] });
+    // The replacement is available: the machine goes now, its pods onto a node ready for them.
+    const ready = machine('c', { owner: ms });
+    expect(planReplicas(ms, [a, b, ready], NOW, 100, lead).delete).to.deep.equal([
+      { machine: a, reason: 'interrupted' },
+    ]);
+    // Not available by the deadline minus the lead: it goes then, so its drain ends by the deadline.
+    expect(planReplicas(ms, [a, b, c], deadline - 30_000, 100, lead).delete).to.deep.equal([
+      { machine: a, reason: 'interrupted' },
+    ]);
+    expect(planReplicas(ms, [a, b, c], deadline - 30_001, 100, lead).delete).to.deep.equal([]);
+    // An interrupted machine that is not available itself (nothing it serves) goes at once.
+    const unknown = machine('a', { owner: ms, annotations: interrupted, phase: 'Unknown' });
+    expect(planReplicas(ms, [unknown, b], NOW, 100, lead)).to.deep.include({
+      create: 1,
+      delete: [{ machine: unknown, reason: 'interrupted' }],
     });
-    // Replacing without a deadline (expiry, a rebalance recommendation) still waits.
+    // Replacing without a deadline (expiry) waits for its replacement, deadline or not.
     const expired = machine('a', { owner: ms, annotations: { 'machine.mcm-ts.io/replacing': 'expired' } });
-    expect(planReplicas(ms, [expired, b, c], NOW, 100).delete).to.deep.equal([]);
+    expect(planReplicas(ms, [expired, b, c], deadline, 100, lead).delete).to.deep.equal([]);
   });
 
-  it('an interrupted machine goes while the set is frozen or scale-up-disabled: its VM does not wait', () => {
+  it('one replacement available lets one interrupted machine go, not all of a pool interrupted at once', () => {
+    const interrupted = {
+      'machine.mcm-ts.io/replacing': 'interrupted',
+      'machine.mcm-ts.io/interruption-deadline': '2026-11-21T10:01:30Z',
+    };
+    const three = machineSet('ms', 3);
+    const old = ['a', 'b', 'c'].map((n) => machine(n, { owner: three, annotations: interrupted }));
+    const fresh = [machine('d', { owner: three }), machine('e', { owner: three, phase: 'Pending' })];
+    const plan = planReplicas(three, [...old, ...fresh], NOW, 100, { interruptionDrainLeadMs: 30_000 });
+    expect(plan.create).to.equal(1);
+    expect(plan.delete.map((d) => d.machine.metadata.name)).to.deep.equal(['a']);
+  });
+
+  it('an interrupted machine goes while the set is frozen or scale-up-disabled once its deadline nears: its VM does not wait', () => {
     const interrupted = {
       'machine.mcm-ts.io/replacing': 'interrupted',
       'machine.mcm-ts.io/interruption-deadline': '2026-11-21T10:01:30Z',
@@ -200,7 +231,7 @@ describe('planReplicas', () => {
     const frozen = machineSet('f', 2, { labels: { freeze: 'True' } });
     const a = machine('a', { owner: frozen, annotations: interrupted });
     const b = machine('b', { owner: frozen });
-    expect(planReplicas(frozen, [a, b], NOW, 100)).to.deep.include({
+    expect(planReplicas(frozen, [a, b], NOW, 100, { interruptionDrainLeadMs: 90_000 })).to.deep.include({
       create: 0,
       scaleUpBlocked: 'frozen',
       delete: [{ machine: a, reason: 'interrupted' }],
@@ -720,25 +751,33 @@ describe('MachineSetController.reconcile', () => {
     'machine.mcm-ts.io/interruption-deadline': '2026-11-21T10:01:30Z',
   };
 
-  it('creates the replacement of an interrupted machine and deletes the machine in one pass', async () => {
+  it('creates the replacement of an interrupted machine at once and deletes the machine when its deadline nears (requeued for it)', async () => {
     const ms = machineSet('ms', 2);
     await setup(ms, machine('a', { owner: ms, annotations: INTERRUPTED }), machine('b', { owner: ms }));
+    const first = await controller.reconcile(`${NS}/ms`, ctxFor);
+    const verbs = (): string[] =>
+      env.api
+        .writes()
+        .filter((w) => w.resource.startsWith('machines.') && (w.verb === 'create' || w.verb === 'delete'))
+        .map((w) => w.verb);
+    expect(verbs(), 'the replacement, the machine kept').to.deep.equal(['create']);
+    // The default lead is 30 s: the deadline is 90 s away.
+    expect(first.requeueAfter).to.equal(60_000);
+    await env.clock.advance(60_000);
     await controller.reconcile(`${NS}/ms`, ctxFor);
-    const verbs = env.api
-      .writes()
-      .filter((w) => w.resource.startsWith('machines.') && (w.verb === 'create' || w.verb === 'delete'))
-      .map((w) => w.verb);
-    expect(verbs, 'the replacement first, then the deletion').to.deep.equal(['create', 'delete']);
     expect(deletedMachines()).to.deep.equal(['a']);
   });
 
-  it('deletes an interrupted machine while frozen (no replacement), and when its replacement cannot be created', async () => {
+  it('deletes an interrupted machine while frozen (no replacement), and when its replacement cannot be created, once its deadline nears', async () => {
     const frozen = machineSet('ms', 2, { labels: { freeze: 'True' } });
     await setup(
       frozen,
       machine('a', { owner: frozen, annotations: INTERRUPTED }),
       machine('b', { owner: frozen }),
     );
+    await controller.reconcile(`${NS}/ms`, ctxFor);
+    expect(deletedMachines(), 'kept while the deadline is far').to.deep.equal([]);
+    await env.clock.advance(60_000);
     await controller.reconcile(`${NS}/ms`, ctxFor);
     expect(env.api.writes().filter((w) => w.verb === 'create')).to.have.length(0);
     expect(deletedMachines()).to.deep.equal(['a']);
@@ -752,8 +791,40 @@ describe('MachineSetController.reconcile', () => {
         ? new InvalidError('quota exceeded', 422, 'Invalid')
         : undefined,
     );
+    await env.clock.advance(60_000);
     const error = await failureOf(controller.reconcile(`${NS}/ms`, ctxFor));
     expect(error, 'the failed creation is reported').to.be.instanceOf(Error);
+    expect(deletedMachines()).to.deep.equal(['a']);
+  });
+
+  it('keeps a machine replaced for expiry while a pod on its node vetoes disruption, and deletes it when the pod goes', async () => {
+    const ms = machineSet('ms', 2);
+    const expired = { 'machine.mcm-ts.io/replacing': 'expired' };
+    await setup(
+      ms,
+      machine('a', {
+        owner: ms,
+        annotations: expired,
+        labels: { ...ms.spec?.template?.metadata?.labels, node: 'node-a' },
+      }),
+      machine('b', { owner: ms }),
+      machine('c', { owner: ms }),
+    );
+    const pod = {
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: { name: 'job', namespace: 'apps', annotations: { 'karpenter.sh/do-not-disrupt': 'true' } },
+      spec: { nodeName: 'node-a', containers: [] },
+      status: { phase: 'Running' },
+    };
+    env.target.seed(CoreResources.pods, pod);
+    await eventually(() => env.informers.drain?.pods.list().length === 1);
+    await controller.reconcile(`${NS}/ms`, ctxFor);
+    expect(deletedMachines(), 'held by the pod').to.deep.equal([]);
+    expect(env.recorder.events.find((e) => e.reason === 'DisruptionVetoed')?.message).to.contain('apps/job');
+    await env.target.delete(CoreResources.pods, 'job', { namespace: 'apps' });
+    await eventually(() => env.informers.drain?.pods.list().length === 0);
+    await controller.reconcile(`${NS}/ms`, ctxFor);
     expect(deletedMachines()).to.deep.equal(['a']);
   });
 

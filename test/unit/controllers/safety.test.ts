@@ -8,6 +8,7 @@ import {
   type MachineDeployment,
   type MachineSet,
 } from '../../../lib/api/types.js';
+import { countMachines } from '../../../lib/controllers/accounting.js';
 import { OvershootSafetyController } from '../../../lib/controllers/safety/overshoot.js';
 import {
   LoweredLimits,
@@ -121,6 +122,28 @@ describe('overshoot count', () => {
       machine('relabelled', { owner: ms, labels: { app: 'other' } }),
     ];
     expect(overshootCount(ms, owned, new Set(['marked']))).to.equal(1);
+  });
+
+  it('counts a machine replaced for a voluntary reason beside its replacement, but not an interrupted one (one for one)', () => {
+    const ms = machineSet('ms', 2);
+    const owned = [
+      machine('expired', { owner: ms, annotations: { 'machine.mcm-ts.io/replacing': 'expired' } }),
+      machine('rebalanced', {
+        owner: ms,
+        annotations: { 'machine.mcm-ts.io/replacing': 'rebalance-recommended' },
+      }),
+      machine('interrupted', {
+        owner: ms,
+        annotations: {
+          'machine.mcm-ts.io/replacing': 'interrupted',
+          'machine.mcm-ts.io/interruption-deadline': '2026-11-21T10:01:30Z',
+        },
+      }),
+      machine('new-1', { owner: ms }),
+      machine('new-2', { owner: ms }),
+    ];
+    expect(overshootCount(ms, owned, new Set())).to.equal(4);
+    expect(countMachines(owned, ms).stayingTemplated, 'the accounting agrees').to.equal(4);
   });
 });
 

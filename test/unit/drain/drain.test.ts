@@ -153,6 +153,27 @@ describe('drain rules', () => {
     expect(forceReason(m('soon'), T0 + 90_000, 3_600_000)).to.equal(undefined);
   });
 
+  it('drains an impaired VM whose node is Ready with evictions (PDBs respected), forced only once its node is not Ready', () => {
+    const impaired: Machine = {
+      metadata: {
+        name: 'm',
+        deletionTimestamp: iso(T0),
+        annotations: { 'machine.mcm-ts.io/vm-failure': 'InstanceImpaired' },
+      },
+      status: { conditions: [{ type: 'Ready', status: 'True' }] },
+    };
+    const node = (status: 'True' | 'False' | 'Unknown'): Node => ({
+      metadata: { name: 'n' },
+      status: { conditions: [{ type: 'Ready', status, lastTransitionTime: iso(T0) }] },
+    });
+    expect(forceReason(impaired, T0 + 1_000, 3_600_000, node('True'))).to.equal(undefined);
+    // The node's own condition now, not the machine's mirror (frozen at the deletion), decides.
+    expect(forceReason(impaired, T0 + 1_000, 3_600_000, node('Unknown'))).to.contain('kubelet cannot act');
+    expect(forceReason(impaired, T0 + 1_000, 3_600_000, node('False'))).to.contain('InstanceImpaired');
+    // Without a node in the cache, the machine's mirror of its conditions.
+    expect(forceReason(impaired, T0 + 1_000, 3_600_000)).to.equal(undefined);
+  });
+
   it('keeps only what the drain reads of a pod in the cache', () => {
     const big: Pod = {
       metadata: {

@@ -159,6 +159,38 @@ describe('machine health planning', () => {
     );
   });
 
+  it('fails a Running machine whose VM its provider reported failed at once, within the replacement budget, though its node reads Ready', () => {
+    const failure = { 'machine.mcm-ts.io/vm-failure': 'InstanceImpaired' };
+    for (const phase of ['Running', 'Unknown', 'InPlaceUpdating']) {
+      const d = planHealth(
+        machine(phase, { annotations: failure, conditions: [ready] }),
+        node([ready]),
+        settings,
+        T0,
+      );
+      expect(d.transition, phase).to.deep.include({
+        phase: 'Failed',
+        reason: 'vm-failed',
+        needsBudget: true,
+      });
+      expect(d.transition?.lastOperation.description).to.contain('InstanceImpaired');
+    }
+    // Not with disableHealthTimeout (the user's opt-out of automatic failing).
+    const off = machine('Running', { annotations: failure, spec: { disableHealthTimeout: true } });
+    expect(planHealth(off, node([ready]), settings, T0).transition).to.equal(undefined);
+    // Once Failed it stays Failed while its node still reads Ready.
+    const failed = machine('Failed', { annotations: failure, conditions: [ready] });
+    expect(planHealth(failed, node([ready]), settings, T0).transition).to.equal(undefined);
+  });
+
+  it('fails a Pending machine whose VM its provider reported failed at once as a failed launch, without the budget', () => {
+    const m = machine('Pending', { annotations: { 'machine.mcm-ts.io/vm-failure': 'InstanceTerminated' } });
+    const d = planHealth(m, undefined, settings, T0 + 5_000);
+    expect(d.transition).to.deep.include({ phase: 'Failed', reason: 'launch-failed', needsBudget: false });
+    expect(d.transition?.lastOperation).to.deep.include({ type: 'Create', state: 'Failed' });
+    expect(d.transition?.lastOperation.description).to.contain('launch').and.to.contain('InstanceTerminated');
+  });
+
   it('fails an Unknown machine after the health timeout, within the replacement budget', () => {
     const before = planHealth(machine('Unknown'), node([notReady]), settings, T0 + 60_000);
     expect(before.transition).to.equal(undefined);

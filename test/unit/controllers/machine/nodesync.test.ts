@@ -101,6 +101,38 @@ describe('node template sync planning', () => {
     expect(patch.spec.taints).to.deep.equal([{ key: 'user-taint', effect: 'NoExecute' }]);
   });
 
+  it('taints the node of a machine being replaced NoSchedule at once (expiry, rebalance, interruption) and lifts it when the mark goes', () => {
+    for (const why of ['expired', 'rebalance-recommended', 'interrupted']) {
+      const m = machine(undefined);
+      m.metadata.annotations = { 'machine.mcm-ts.io/replacing': why };
+      const plan = planNodeSync(
+        node({}, { taints: [{ key: 'user', effect: 'NoExecute' }] }),
+        m,
+        undefined,
+        true,
+      );
+      expect(plan.patch, why).to.deep.include({
+        spec: {
+          taints: [
+            { key: 'user', effect: 'NoExecute' },
+            { key: 'machine.mcm-ts.io/disrupted', value: why, effect: 'NoSchedule' },
+          ],
+        },
+      });
+      expect((plan.patch?.metadata as { resourceVersion?: string }).resourceVersion).to.equal('7');
+    }
+    const tainted = node(
+      {},
+      { taints: [{ key: 'machine.mcm-ts.io/disrupted', value: 'expired', effect: 'NoSchedule' }] },
+    );
+    const marked = machine(undefined);
+    marked.metadata.annotations = { 'machine.mcm-ts.io/replacing': 'expired' };
+    expect(planNodeSync(tainted, marked, undefined, true), 'already tainted').to.deep.equal({});
+    expect(planNodeSync(tainted, machine(undefined), undefined, true).patch).to.deep.include({
+      spec: { taints: null },
+    });
+  });
+
   it('merges the class’s virtual capacity into the node status and removes what left it', () => {
     const cls = {
       metadata: { name: 'c' },

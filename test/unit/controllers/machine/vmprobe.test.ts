@@ -66,8 +66,9 @@ describe('MachineController: a Pending machine whose VM vanished (in-memory API)
       expect(m?.status?.lastOperation?.description).to.contain(
         'VM virtual://virtual-zone-a/m1 of machine m1 no longer exists',
       );
-      const events = env.recorder.events.filter((e) => e.reason === 'MachineFailed');
+      const events = env.recorder.events.filter((e) => e.reason === 'LaunchFailed');
       expect(events.map((e) => e.type)).to.deep.equal(['Warning']);
+      expect(events[0]?.message, 'a failed launch: its class backs off').to.contain('back off');
     } finally {
       await env.stop();
     }

@@ -6,8 +6,8 @@ import {
   ExpiryReason,
   planExpiry,
   type ExpiryInput,
-  type Veto,
 } from '../../../../lib/controllers/machinedeployment/expiry-plan.js';
+import type { Veto } from '../../../../lib/controllers/vetoes.js';
 import { machine, machineDeployment, machineSet } from '../builders.js';
 
 const NOW = Date.UTC(2026, 10, 28, 12, 0, 0);
@@ -115,6 +115,49 @@ describe('expiry planning', () => {
     expect(p.condition?.message).to.include(
       'm0: pod default/db-0 (karpenter.sh/do-not-disrupt=true) runs on its node',
     );
+  });
+
+  it('replaces machines with a rebalance recommendation surge first within maxSurge and the budget, not one per recommendation', () => {
+    // 20 spot machines, every one recommended at once; no expiry on the deployment.
+    const mcd = deployment(20, { 'machine.mcm-ts.io/disruption-budget': '25%' });
+    const storm = fleet(20, () => ({
+      annotations: { 'machine.mcm-ts.io/rebalance-recommended': ago(60_000) },
+    }));
+    const p = plan(mcd, storm, { maxSurge: 2 });
+    expect(p.enabled).to.equal(true);
+    expect(p.recommended).to.equal(20);
+    expect(names(p.start), 'maxSurge 2 at a time, oldest first').to.deep.equal(['m0', 'm1']);
+    expect(new Set(p.blocked.map((b) => b.reason))).to.deep.equal(new Set([ExpiryBlock.Surge]));
+    expect(p.condition?.message).to.include('20 with a rebalance recommendation');
+    // With a larger surge the budget (25% of 20 = 5) bounds it.
+    expect(plan(mcd, storm, { maxSurge: 10 }).start).to.have.length(5);
+    // The recommended ones go before expired ones; the windows do not hold them back.
+    const windowed = deployment(20, {
+      'machine.mcm-ts.io/expire-after': '1h',
+      'machine.mcm-ts.io/disruption-schedule': '0 2 * * * 4h',
+    });
+    const mixed = fleet(4, (i) =>
+      i === 3 ? { annotations: { 'machine.mcm-ts.io/rebalance-recommended': ago(60_000) } } : {},
+    );
+    const w = plan(windowed, mixed, { maxSurge: 4 });
+    expect(names(w.start)).to.deep.equal(['m3']);
+    expect(new Set(w.blocked.map((b) => b.reason))).to.deep.equal(new Set([ExpiryBlock.Window]));
+  });
+
+  it('never surges above the group’s autoscaler maximum, and says so', () => {
+    const mcd = deployment(5, {
+      'machine.mcm-ts.io/expire-after': '1h',
+      'machine.mcm-ts.io/disruption-budget': '100%',
+    });
+    // At its maximum: nothing starts.
+    const atMax = plan(mcd, fleet(5), { maxSurge: 3, groupMax: 5 });
+    expect(atMax.start).to.deep.equal([]);
+    expect(new Set(atMax.blocked.map((b) => b.reason))).to.deep.equal(new Set([ExpiryBlock.Max]));
+    expect(atMax.condition?.message).to.include('autoscaler maximum of 5 machines');
+    // Two below it: two at once, though maxSurge allows three.
+    expect(plan(mcd, fleet(5), { maxSurge: 3, groupMax: 7 }).start).to.have.length(2);
+    // No group: maxSurge alone.
+    expect(plan(mcd, fleet(5), { maxSurge: 3 }).start).to.have.length(3);
   });
 
   it('starts nothing outside the disruption windows and looks again when one opens', () => {

@@ -119,7 +119,7 @@ describe('VmNoticeHandler: notices recorded on the machines (in-memory API)', ()
     );
   });
 
-  it('marks a machine whose VM stopped Failed, after the deadline annotation and conditional on it', async () => {
+  it('records a stopped VM on its machine in one conditional patch and leaves the Failed phase to the machine controller (its replacement budget)', async () => {
     await setup(withVm('a'));
     const outcome = await handler.handle({
       kind: VmNoticeKind.Stopped,
@@ -129,11 +129,12 @@ describe('VmNoticeHandler: notices recorded on the machines (in-memory API)', ()
       sentAt: now(),
     });
     expect(outcome).to.equal('acted');
-    expect(machineWrites()).to.deep.equal(['patch a', 'patch/status a']);
+    expect(machineWrites()).to.deep.equal(['patch a']);
     const a = env.api.peek<Machine>(MachineResource, 'a', NS);
-    expect(a?.status?.currentStatus?.phase).to.equal('Failed');
-    expect(a?.status?.lastOperation?.description).to.contain('did not ask for');
+    expect(a?.status?.currentStatus?.phase).to.equal('Running');
+    expect(a?.metadata.annotations).to.deep.include({ 'machine.mcm-ts.io/vm-failure': 'InstanceStopped' });
     expect(a?.metadata.annotations?.[DEADLINE]).to.be.a('string');
+    expect(env.recorder.events[0]?.message).to.contain('did not ask for');
   });
 
   it('deletes an interrupted machine no set owns, with a uid precondition', async () => {

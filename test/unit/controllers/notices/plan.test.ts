@@ -10,6 +10,8 @@ const NOW = Date.UTC(2026, 10, 21, 10, 0, 0);
 const iso = (ms: number): string => new Date(ms).toISOString();
 const REPLACING = 'machine.mcm-ts.io/replacing';
 const DEADLINE = 'machine.mcm-ts.io/interruption-deadline';
+const FAILURE = 'machine.mcm-ts.io/vm-failure';
+const REBALANCE = 'machine.mcm-ts.io/rebalance-recommended';
 const ms = machineSet('ms', 3);
 
 const spot = (deadline = NOW + 90_000): VmNotice => ({
@@ -67,7 +69,6 @@ const cases: Case[] = [
       outcome: 'acted',
       annotations: { [REPLACING]: 'interrupted', [DEADLINE]: iso(NOW + 90_000) },
       deleteMachine: undefined,
-      fail: undefined,
     },
   },
   {
@@ -152,14 +153,31 @@ const cases: Case[] = [
     want: { outcome: 'acted', nodeCondition: undefined, annotations: undefined },
   },
   {
-    name: 'rebalance opted in: replaced surge first (no deadline)',
+    name: 'rebalance opted in: recorded on the machine for its deployment to replace (not marked replacing here)',
     m: machine('a', { owner: ms }),
     notice: rebalance(true),
     want: {
       outcome: 'acted',
-      annotations: { [REPLACING]: 'rebalance-recommended' },
+      annotations: { [REBALANCE]: iso(NOW) },
       nodeCondition: undefined,
     },
+  },
+  {
+    name: 'rebalance opted in again: recorded already and the node has the condition, a duplicate',
+    m: machine('a', { owner: ms, annotations: { [REBALANCE]: iso(NOW - 60_000) } }),
+    notice: rebalance(true),
+    node: node([{ type: 'RebalanceRecommended', status: 'True' }]),
+    want: { outcome: 'duplicate' },
+  },
+  {
+    name: 'rebalance opted in for a machine being replaced already (interrupted): the condition only',
+    m: machine('a', {
+      owner: ms,
+      annotations: { [REPLACING]: 'interrupted', [DEADLINE]: iso(NOW + 60_000) },
+    }),
+    notice: rebalance(true),
+    node: node(),
+    want: { outcome: 'acted', annotations: undefined },
   },
   {
     name: 'rebalance opted in, a machine no set owns: reported only, not deleted',
@@ -169,10 +187,10 @@ const cases: Case[] = [
     want: { outcome: 'acted', annotations: undefined, deleteMachine: undefined },
   },
   {
-    name: 'stopped, not by the manager: Failed at once, its drain forced from the event’s time',
-    m: machine('a', { owner: ms }),
+    name: 'stopped, not by the manager: the failure recorded, its drain forced from the event’s time (the machine controller fails it within the budget)',
+    m: machine('a', { owner: ms, phase: 'Running' }),
     notice: stopped,
-    want: { outcome: 'acted', annotations: { [DEADLINE]: iso(NOW - 2_000) } },
+    want: { outcome: 'acted', annotations: { [FAILURE]: 'InstanceStopped', [DEADLINE]: iso(NOW - 2_000) } },
   },
   {
     name: 'stopped while being deleted: the manager’s own doing, ignored',
@@ -181,22 +199,26 @@ const cases: Case[] = [
     want: { outcome: 'ignored' },
   },
   {
-    name: 'stopped again: Failed with the deadline already, a duplicate',
-    m: machine('a', { owner: ms, phase: 'Failed', annotations: { [DEADLINE]: iso(NOW - 2_000) } }),
+    name: 'stopped again: the failure and the deadline recorded already, a duplicate',
+    m: machine('a', {
+      owner: ms,
+      phase: 'Failed',
+      annotations: { [FAILURE]: 'InstanceStopped', [DEADLINE]: iso(NOW - 2_000) },
+    }),
     notice: stopped,
     want: { outcome: 'duplicate' },
   },
   {
-    name: 'stopped, the annotation written but not the phase (a restart between the writes): Failed',
-    m: machine('a', { owner: ms, annotations: { [DEADLINE]: iso(NOW - 2_000) } }),
+    name: 'stopped while still being created (Pending, no node yet): a failed launch, no deadline (no pods to drain)',
+    m: machine('a', { owner: ms, phase: 'Pending' }),
     notice: stopped,
-    want: { outcome: 'acted', annotations: undefined },
+    want: { outcome: 'acted', annotations: { [FAILURE]: 'InstanceStopped' } },
   },
   {
-    name: 'impaired for longer than the timeout: Failed at once, its drain forced from now',
-    m: machine('a', { owner: ms }),
+    name: 'impaired for longer than the timeout: the failure recorded, no deadline (its node is drained with evictions while Ready)',
+    m: machine('a', { owner: ms, phase: 'Running' }),
     notice: impaired,
-    want: { outcome: 'acted', annotations: { [DEADLINE]: iso(NOW) }, deleteMachine: undefined },
+    want: { outcome: 'acted', annotations: { [FAILURE]: 'InstanceImpaired' }, deleteMachine: undefined },
   },
   {
     name: 'impaired while being deleted: ignored (the deletion replaces the instance anyway)',
@@ -205,22 +227,16 @@ const cases: Case[] = [
     want: { outcome: 'ignored' },
   },
   {
-    name: 'impaired again, the next poll: Failed with the deadline already, a duplicate',
-    m: machine('a', { owner: ms, phase: 'Failed', annotations: { [DEADLINE]: iso(NOW - 60_000) } }),
+    name: 'impaired again, the next poll: recorded already, a duplicate',
+    m: machine('a', { owner: ms, phase: 'Running', annotations: { [FAILURE]: 'InstanceImpaired' } }),
     notice: impaired,
     want: { outcome: 'duplicate' },
   },
   {
-    name: 'impaired, a machine Failed by the health timeout already: only the deadline, to force its drain',
-    m: machine('a', { owner: ms, phase: 'Failed' }),
-    notice: impaired,
-    want: { outcome: 'acted', annotations: { [DEADLINE]: iso(NOW) }, fail: undefined },
-  },
-  {
-    name: 'impaired, the annotation written but not the phase (a restart between the writes): Failed',
-    m: machine('a', { owner: ms, annotations: { [DEADLINE]: iso(NOW - 60_000) } }),
-    notice: impaired,
-    want: { outcome: 'acted', annotations: undefined },
+    name: 'impaired, then stopped: the first failure kept, the stop adds the deadline',
+    m: machine('a', { owner: ms, phase: 'Failed', annotations: { [FAILURE]: 'InstanceImpaired' } }),
+    notice: stopped,
+    want: { outcome: 'acted', annotations: { [DEADLINE]: iso(NOW - 2_000) } },
   },
 ];
 
@@ -237,24 +253,26 @@ describe('notices about VMs: what to record on the machine (planNotice)', () => 
     });
   }
 
-  it('fails a stopped machine with a health-check operation saying the cloud did it, not the manager', () => {
-    const plan = planNotice(machine('a', { owner: ms }), stopped, NOW, undefined);
+  it('records the failure of a stopped machine in an event saying the cloud did it, not the manager, and that the budget bounds it', () => {
+    const plan = planNotice(machine('a', { owner: ms, phase: 'Running' }), stopped, NOW, undefined);
     if (plan.outcome !== 'acted') expect.fail(`outcome ${plan.outcome}`);
-    expect(plan.fail).to.deep.include({ type: 'HealthCheck', state: 'Failed' });
-    expect(plan.fail?.description).to.contain('stopped').and.to.contain('did not ask for');
     expect(plan.event).to.deep.include({ type: 'Warning', reason: 'InstanceStopped' });
+    expect(plan.event.message).to.contain('stopped').and.to.contain('did not ask for');
+    expect(plan.event.message).to.contain('within its deployment').and.to.contain('replacement budget');
   });
 
-  it('fails an impaired machine with a health-check operation naming the check and since when, without saying the manager did not ask for it', () => {
-    const plan = planNotice(machine('a', { owner: ms }), impaired, NOW, undefined);
+  it('says a launch failed when the VM of a machine being created stops, and that its class backs off', () => {
+    const plan = planNotice(machine('a', { owner: ms, phase: 'Pending' }), stopped, NOW, undefined);
     if (plan.outcome !== 'acted') expect.fail(`outcome ${plan.outcome}`);
-    expect(plan.fail).to.deep.include({ type: 'HealthCheck', state: 'Failed' });
-    expect(plan.fail?.description).to.equal(`${impaired.message}: machine a is marked Failed to be replaced`);
-    expect(plan.event).to.deep.include({
-      type: 'Warning',
-      reason: 'InstanceImpaired',
-      message: plan.fail?.description,
-    });
+    expect(plan.event.message).to.contain('the launch of machine a failed').and.to.contain('back off');
+  });
+
+  it('never marks a machine Failed itself: a zone-wide event goes through the machine controller’s replacement budget', () => {
+    for (const notice of [stopped, impaired, { ...stopped, kind: VmNoticeKind.Terminated }]) {
+      const plan = planNotice(machine('a', { owner: ms, phase: 'Running' }), notice, NOW, node());
+      if (plan.outcome !== 'acted') expect.fail(`outcome ${plan.outcome}`);
+      expect(Object.keys(plan)).to.have.members(['outcome', 'annotations', 'event']);
+    }
   });
 
   it('sets the RebalanceRecommended condition True with the notice as reason and message', () => {
