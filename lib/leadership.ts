@@ -32,7 +32,7 @@ export interface LeadershipOptions {
    * --machine-controller-lease-name); undefined: none.
    */
   guardLeaseName?: string | undefined;
-  /** Granted by the leader Lease's renewals, revoked when leadership ends. */
+  /** Granted by the leader Lease's renewals, revoked for good when leadership ends. */
   fence?: LeaseFence | undefined;
   /** Both Leases use it; defaults to "<hostname>_<uuid>". */
   identity?: string;
@@ -40,7 +40,10 @@ export interface LeadershipOptions {
   isStopping: () => boolean;
   /** Every Lease is held: run the controllers. */
   onLead: () => void;
-  /** A Lease was lost while leading (not while stopping). */
+  /**
+   * A Lease was lost while leading (not while stopping); called once. Both elections have ended by
+   * then: the replica exits, or stands by for good.
+   */
   onLost: (why: string) => void;
 }
 
@@ -51,6 +54,10 @@ export interface LeadershipOptions {
  * its controllers run and the two never manage the Machines at once. Every replica observes the
  * guard from the start and takes it only once it leads: after a crashed leader's Lease has expired,
  * the one it held beside it has too, and the new leader takes it at once.
+ *
+ * Losing either Lease ends both elections for good, the same way: the fence is revoked (and stays
+ * closed), the other Lease is released if it is still ours (so another replica leads without
+ * waiting for it to expire), and this replica never campaigns again.
  */
 export class Leadership {
   private readonly mainAbort = new AbortController();
@@ -58,10 +65,12 @@ export class Leadership {
   private main: Promise<void> | undefined;
   private guard: Promise<void> | undefined;
   private leading = false;
+  /** A Lease was lost: neither is held or taken again in this process. */
+  private ended = false;
 
   constructor(private readonly opts: LeadershipOptions) {}
 
-  /** Whether this replica holds the leader Lease (and has not lost a Lease since). */
+  /** Whether this replica holds the leader Lease (false for good once it lost a Lease). */
   isLeading(): boolean {
     return this.leading;
   }
@@ -83,9 +92,7 @@ export class Leadership {
         },
         onStoppedLeading: () => {
           if (opts.isStopping() || !this.leading) return;
-          opts.fence?.revoke(`the ${guard} Lease was lost`);
-          this.leading = false;
-          opts.onLost(`the ${guard} Lease was lost`);
+          this.end(`the ${guard} Lease was lost`);
         },
       });
       this.guard = guardElector.run(this.guardAbort.signal);
@@ -107,10 +114,26 @@ export class Leadership {
         this.leading = false;
         this.guardAbort.abort();
         if (opts.isStopping()) return;
-        opts.onLost('leadership lost');
+        this.end('leadership lost');
       },
     });
     this.main = elector.run(this.mainAbort.signal);
+  }
+
+  /**
+   * A Lease was lost. The fence closes first and for good: the leader Lease's elector may still
+   * grant it (a renewal in flight), and without this its next renewals would too, during the
+   * wind-down. Then both elections end: cancelled, each elector releases its Lease if it still
+   * holds it (a conditional update, so never one another replica has taken meanwhile).
+   */
+  private end(why: string): void {
+    if (this.ended) return;
+    this.ended = true;
+    this.leading = false;
+    this.opts.fence?.revoke(why);
+    this.guardAbort.abort();
+    this.mainAbort.abort();
+    this.opts.onLost(why);
   }
 
   /** Gives both Leases up (releasing them), the guard first. */

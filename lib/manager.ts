@@ -107,7 +107,10 @@ export interface ManagerDeps {
   clock?: Clock;
   /** Overrides loading --control-kubeconfig (tests pass the harness's KubeConfig). */
   controlKubeConfig?: KubeConfigSource;
-  /** Called when leadership is lost while running; the command exits the process. */
+  /**
+   * Called when leadership is lost while running; the command exits the process. Without it the
+   * replica stands by for good: its caches keep running, its writes stay fenced, it never leads again.
+   */
   onLeadershipLost?: () => void;
   /** User agent of API requests. */
   userAgent?: string;
@@ -370,8 +373,9 @@ export class Manager {
 
   /**
    * Losing a Lease means another process may already act. No write leaves any more (the leader's
-   * fence is revoked); give the controllers a moment to wind down, then let the process exit (as MCM
-   * does) so it restarts as a clean candidate.
+   * fence is revoked for good and both elections have ended, see Leadership); give the controllers
+   * a moment to wind down, then let the process exit (as MCM does) so it restarts as a clean
+   * candidate, or, without onLeadershipLost, stand by.
    */
   private loseLeadership(why: string): void {
     this.log.error(`${why}, stopping controllers`);
