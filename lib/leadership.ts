@@ -65,7 +65,7 @@ export class Leadership {
   private main: Promise<void> | undefined;
   private guard: Promise<void> | undefined;
   private leading = false;
-  /** A Lease was lost: neither is held or taken again in this process. */
+  /** A Lease was lost: neither is renewed or taken again in this process. */
   private ended = false;
 
   constructor(private readonly opts: LeadershipOptions) {}
