@@ -23,8 +23,8 @@ import { KubeConfig, type KubeConfigSource } from './kube/kubeconfig.js';
 import { RealClock, type Clock } from './kube/clock.js';
 import { NotFoundError, errorMessage, isTransient } from './kube/errors.js';
 import { KubeEventRecorder, type EventRecorder } from './kube/events.js';
-import { LeaderElector, defaultIdentity } from './kube/leaderelection.js';
 import { LeaseFence } from './kube/fence.js';
+import { Leadership } from './leadership.js';
 import { ObservabilityServer, readiness } from './observability/http.js';
 import type { Logger } from './observability/logger.js';
 import { newRegistry } from './observability/metrics.js';
@@ -108,7 +108,10 @@ export interface ManagerDeps {
   clock?: Clock;
   /** Overrides loading --control-kubeconfig (tests pass the harness's KubeConfig). */
   controlKubeConfig?: KubeConfigSource;
-  /** Called when leadership is lost while running; the command exits the process. */
+  /**
+   * Called when leadership is lost while running; the command exits the process. Without it the
+   * replica stands by for good: its caches keep running, its writes stay fenced, it never leads again.
+   */
   onLeadershipLost?: () => void;
   /** User agent of API requests. */
   userAgent?: string;
@@ -167,18 +170,14 @@ export class Manager {
   private modulesLoaded = false;
   private readonly cloudClients: KubeClient[] = [];
   private controllers: Runnable[] = [];
-  private electionAbort: AbortController | undefined;
-  private election: Promise<void> | undefined;
-  /** The campaign for gardener's machine-controller Lease (see machineControllerLease()). */
-  private guardAbort: AbortController | undefined;
-  private guardElection: Promise<void> | undefined;
+  /** The leader Lease and gardener's machine-controller Lease (see machineControllerLease()). */
+  private leadership: Leadership | undefined;
   private grpc: AutoscalerServer | undefined;
   /** The provider-side safety of this replica (while it runs the controllers). */
   private safety: ProviderSafety | undefined;
   private running = false;
   private synced = false;
   private stopping = false;
-  private leading = false;
   port = 0;
   /** Port of the externalgrpc server (0 when it is off). */
   grpcPort = 0;
@@ -271,7 +270,7 @@ export class Manager {
             stopping: this.stopping,
             synced: this.synced,
             running: this.running,
-            standby: this.election !== undefined && !this.leading,
+            standby: this.leadership !== undefined && !this.leadership.isLeading(),
           }),
       },
       this.log,
@@ -320,81 +319,30 @@ export class Manager {
       this.runControllers();
       return;
     }
-    this.electionAbort = new AbortController();
-    const recorder = this.recorderFor(EventSource.MachineControllerManager);
-    const timing = {
-      client: this.leaseClient,
-      namespace: this.config.namespace,
-      leaseDurationMs: this.config.leaderElectLeaseDurationMs,
-      renewDeadlineMs: this.config.leaderElectRenewDeadlineMs,
-      retryPeriodMs: this.config.leaderElectRetryPeriodMs,
-      clock: this.clock,
-      logger: this.log,
-      registry: this.registry,
-      recorder,
-    };
-    const identity = defaultIdentity();
-    // gardener's provider machine-controller (a sidecar left from a switch, or the old pod of a
-    // chart upgrade from the sidecar split) campaigns for its own Lease, not ours: the leader holds
-    // that one too before its controllers run, so the two never manage the Machines at once. Every
-    // replica observes it from the start and takes it only once it leads: after a crashed leader's
-    // Lease has expired, the one it held beside it has too, and the new leader takes it at once.
-    const guard = this.machineControllerLease();
-    let guardElector: LeaderElector | undefined;
-    if (guard !== undefined) {
-      this.guardAbort = new AbortController();
-      guardElector = new LeaderElector({
-        ...timing,
-        identity,
-        name: guard,
-        mayAcquire: () => this.leading && !this.stopping,
-        onStartedLeading: () => {
-          if (!this.leading || this.stopping) return;
-          this.lead();
-        },
-        onStoppedLeading: () => {
-          if (this.stopping || !this.leading) return;
-          this.fence?.revoke(`the ${guard} Lease was lost`);
-          this.leading = false;
-          this.loseLeadership(`the ${guard} Lease was lost`);
-        },
-      });
-      this.guardElection = guardElector.run(this.guardAbort.signal);
-    }
-    const elector = new LeaderElector({
-      ...timing,
-      identity,
-      fence: this.fence,
-      name: this.config.leaderElectResourceName,
-      onStartedLeading: () => {
-        this.leading = true;
-        if (guardElector === undefined) {
-          this.lead();
-          return;
-        }
-        guardElector.nudge();
-        // Still waiting after a lease duration and a retry: someone else holds it and renews.
-        const waitMs = this.config.leaderElectLeaseDurationMs + 2 * this.config.leaderElectRetryPeriodMs;
-        void this.clock.sleep(waitMs, this.electionAbort?.signal).then(
-          () => {
-            if (this.leading && !this.stopping && !guardElector.isLeader()) {
-              this.log.warn(
-                'another machine-controller holds its Lease (gardener’s provider machine-controller?): the controllers wait until it lets go',
-                { lease: `${this.config.namespace}/${guard ?? ''}`, holder: guardElector.holder() },
-              );
-            }
-          },
-          () => undefined,
-        );
+    this.leadership = new Leadership({
+      lease: {
+        client: this.leaseClient,
+        namespace: this.config.namespace,
+        leaseDurationMs: this.config.leaderElectLeaseDurationMs,
+        renewDeadlineMs: this.config.leaderElectRenewDeadlineMs,
+        retryPeriodMs: this.config.leaderElectRetryPeriodMs,
+        logger: this.log,
+        registry: this.registry,
+        recorder: this.recorderFor(EventSource.MachineControllerManager),
       },
-      onStoppedLeading: () => {
-        this.leading = false;
-        this.guardAbort?.abort();
-        if (this.stopping) return;
-        this.loseLeadership('leadership lost');
+      clock: this.clock,
+      leaseName: this.config.leaderElectResourceName,
+      guardLeaseName: this.machineControllerLease(),
+      fence: this.fence,
+      isStopping: () => this.stopping,
+      onLead: () => {
+        this.lead();
+      },
+      onLost: (why) => {
+        this.loseLeadership(why);
       },
     });
-    this.election = elector.run(this.electionAbort.signal);
+    this.leadership.start();
   }
 
   /**
@@ -426,12 +374,12 @@ export class Manager {
 
   /**
    * Losing a Lease means another process may already act. No write leaves any more (the leader's
-   * fence is revoked); give the controllers a moment to wind down, then let the process exit (as MCM
-   * does) so it restarts as a clean candidate.
+   * fence is revoked for good and both elections have ended, see Leadership); give the controllers
+   * a moment to wind down, then let the process exit (as MCM does) so it restarts as a clean
+   * candidate, or, without onLeadershipLost, stand by.
    */
   private loseLeadership(why: string): void {
     this.log.error(`${why}, stopping controllers`);
-    this.guardAbort?.abort();
     const stopped = Promise.all([this.grpc?.stop(0), this.stopControllers()]);
     void Promise.race([stopped, this.clock.sleep(LOST_LEADERSHIP_STOP_MS)])
       .catch((err: unknown) => {
@@ -449,7 +397,7 @@ export class Manager {
    * holds its Lease (and gardener's machine-controller Lease, see machineControllerLease()).
    */
   isLeading(): boolean {
-    return this.config.leaderElect ? this.leading && this.running : this.running;
+    return this.config.leaderElect ? this.leadership?.isLeading() === true && this.running : this.running;
   }
 
   recorderFor(component: string): EventRecorder {
@@ -665,10 +613,7 @@ export class Manager {
     // Events still queued are sent while this process may write.
     await Promise.all(this.recorders.map((r) => r.stop()));
     // Releases the Lease (releaseOnCancel) so a standby replica takes over at once.
-    this.guardAbort?.abort();
-    await this.guardElection;
-    this.electionAbort?.abort();
-    await this.election;
+    await this.leadership?.stop();
     this.fence?.revoke('the manager stopped');
     await this.informers?.stop();
     this.informers = undefined;

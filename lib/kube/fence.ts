@@ -29,10 +29,15 @@ export interface WriteFence {
   readonly signal: AbortSignal;
 }
 
-/** A fence driven by leader election: granted on each successful renewal, revoked on loss. */
+/**
+ * A fence driven by leader election: granted on each successful renewal, revoked for good when
+ * leadership ends. A window that lapsed reopens with the next grant (a late renewal).
+ */
 export class LeaseFence implements WriteFence {
   /** Monotonic time until which writes are allowed (-Infinity: never granted or revoked). */
   private until = Number.NEGATIVE_INFINITY;
+  /** Leadership ended in this process: no grant reopens the fence (see revoke()). */
+  private revoked = false;
   private controller = new AbortController();
   private expiry: TimerHandle | undefined;
   private reason = 'this process has not acquired the leader Lease';
@@ -63,6 +68,7 @@ export class LeaseFence implements WriteFence {
    * provedAt + windowMs (the renew deadline).
    */
   grant(provedAt: number, windowMs: number): void {
+    if (this.revoked) return;
     const until = provedAt + windowMs;
     if (until <= this.clock.monotonic()) return;
     if (this.controller.signal.aborted) this.controller = new AbortController();
@@ -73,8 +79,15 @@ export class LeaseFence implements WriteFence {
     }, this.until - this.clock.monotonic());
   }
 
-  /** Leadership ended (lost, released or the process is stopping): no write leaves from now on. */
+  /**
+   * Leadership ended (lost, released or the process is stopping): no write leaves from now on, for
+   * good. A process leads at most once (on a loss it exits or stands by), and a grant may still
+   * come after the end: a renewal answered after the loss was decided, or the leader Lease renewed
+   * once more after the Lease held beside it was lost. Reopening then would let the controllers'
+   * wind-down write while another process may already lead.
+   */
   revoke(reason: string): void {
+    this.revoked = true;
     this.close(reason);
   }
 

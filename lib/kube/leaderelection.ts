@@ -27,7 +27,8 @@ export interface LeaderElectionOptions {
   releaseOnCancel?: boolean;
   /**
    * Granted for the renew deadline after each successful acquisition or renewal (from when it was
-   * sent, on the monotonic clock), revoked when leadership ends: the process's writers check it.
+   * sent, on the monotonic clock), revoked (for good) when leadership ends: the process's writers
+   * check it.
    */
   fence?: LeaseFence | undefined;
   clock?: Clock;

@@ -46,7 +46,7 @@ describe('LeaseFence (writes only while leadership is proved)', () => {
     expect(signal.aborted, 'check() closes the fence itself').to.equal(true);
   });
 
-  it('extends the window with each renewal and opens a fresh signal after a revoke and a new grant', async () => {
+  it('extends the window with each renewal and opens a fresh signal after a lapse and a new grant', async () => {
     const clock = new FakeClock();
     const fence = new LeaseFence(clock);
     fence.grant(clock.monotonic(), 10_000);
@@ -55,15 +55,34 @@ describe('LeaseFence (writes only while leadership is proved)', () => {
     await clock.advance(8_000);
     expect(fence.allowed(), 'renewed 8 s ago').to.equal(true);
     const first = fence.signal;
-    fence.revoke('leadership was lost');
+    await clock.advance(2_000); // a renewal was late: the window lapsed
     expect(first.aborted).to.equal(true);
     expect(() => {
       fence.check('DELETE /m');
-    }).to.throw(/leadership was lost/);
+    }).to.throw(/not renewed within the renew deadline/);
     fence.grant(clock.monotonic(), 10_000);
     expect(fence.allowed()).to.equal(true);
     expect(fence.signal.aborted).to.equal(false);
     expect(fence.signal).to.not.equal(first);
+  });
+
+  it('stays closed for good once revoked: a later grant (a renewal answered after the loss) does not reopen it', async () => {
+    const clock = new FakeClock();
+    const fence = new LeaseFence(clock);
+    fence.grant(clock.monotonic(), 10_000);
+    const sentAt = clock.monotonic();
+    await clock.advance(1_000);
+    fence.revoke('the machine-controller Lease was lost');
+    const revoked = fence.signal;
+    fence.grant(sentAt, 10_000);
+    await clock.advance(1_000);
+    fence.grant(clock.monotonic(), 10_000);
+    expect(fence.allowed()).to.equal(false);
+    expect(fence.signal, 'no fresh signal either').to.equal(revoked);
+    expect(fence.signal.aborted).to.equal(true);
+    expect(() => {
+      fence.check('POST /machines');
+    }).to.throw(/the machine-controller Lease was lost/);
   });
 
   it('ignores a grant whose window has already passed', async () => {
