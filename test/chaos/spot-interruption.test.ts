@@ -228,12 +228,22 @@ describe(`chaos 7: every spot instance interrupted with no Spot capacity left; c
       120_000,
     );
     const toRev = recorder.lastEventRev();
-    const spotFigures = analyze(recorder.timeline(), { namespace: NS, deployment: SPOT, fromRev, toRev });
+    // Only the instances EC2 warned may be replaced as interrupted: a machine marked so otherwise
+    // counts against the bound, and its deletion as not chosen.
+    const interruptedInstances = victims.map((m) => m.spec?.providerID ?? '');
+    const spotFigures = analyze(recorder.timeline(), {
+      namespace: NS,
+      deployment: SPOT,
+      fromRev,
+      toRev,
+      interruptedInstances,
+    });
     const onDemandFigures = analyze(recorder.timeline(), {
       namespace: NS,
       deployment: ON_DEMAND,
       fromRev,
       toRev,
+      interruptedInstances,
     });
 
     // Pending time of every pod created since the warnings: creation to binding.
