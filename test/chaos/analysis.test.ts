@@ -3,7 +3,7 @@
 
 import { expect } from 'chai';
 
-import { analyze } from './analysis.js';
+import { analyze, type AnalysisOptions } from './analysis.js';
 import type { RecordedEvent } from './recorder.js';
 
 /** Builds a timeline write by write, one revision each. */
@@ -37,7 +37,8 @@ class Timeline {
         ...(extra.annotations === undefined ? {} : { annotations: extra.annotations }),
         ...(extra.deleting === true ? { deletionTimestamp: '2025-01-01T00:00:00Z' } : {}),
       },
-      spec: { class: { name: cls } },
+      // The instance of machine `a` is i-a.
+      spec: { class: { name: cls }, providerID: `aws:///eu-west-1a/i-${name}` },
       status: { currentStatus: { phase } },
     };
     const created = !this.machines.has(name);
@@ -103,8 +104,12 @@ class Timeline {
   }
 }
 
-const run = (t: Timeline, fromRev = 0): ReturnType<typeof analyze> =>
-  analyze(t.events, { namespace: 'default', deployment: 'd', fromRev, toRev: t.now });
+const run = (
+  t: Timeline,
+  fromRev = 0,
+  more: Pick<AnalysisOptions, 'interruptedInstances'> = {},
+): ReturnType<typeof analyze> =>
+  analyze(t.events, { namespace: 'default', deployment: 'd', fromRev, toRev: t.now, ...more });
 
 describe('fault suite analysis', () => {
   it('counts machines beyond replicas + maxSurge after every write', () => {
@@ -136,7 +141,8 @@ describe('fault suite analysis', () => {
     const t = new Timeline().deployment(3, 'v1', 0).machine('a').machine('b').machine('c');
     t.machine('a', 'Running', 'v1', interrupted).machine('b', 'Running', 'v1', interrupted);
     t.machine('d', 'Pending').machine('e', 'Pending').deleting('a').deleting('b');
-    const a = run(t);
+    // The warnings named a's instance by id and b's by providerID.
+    const a = run(t, 0, { interruptedInstances: ['i-a', 'aws:///eu-west-1a/i-b'] });
     expect(a.beyondLimit).to.equal(0);
     expect(a.wronglyDeleted).to.deep.equal([]);
     expect(a.deletions.map((d) => d.why)).to.deep.equal([
@@ -148,6 +154,25 @@ describe('fault suite analysis', () => {
     u.machine('d', 'Pending').machine('e', 'Pending').deleting('a').deleting('b');
     const b = run(u);
     expect(b.beyondLimit).to.equal(2);
+  });
+
+  it('does not trust the interrupted mark: a machine so marked whose instance got no warning counts beyond the limit, and its deletion was not chosen', () => {
+    const interrupted = { annotations: { 'machine.mcm-ts.io/replacing': 'interrupted' } };
+    const t = new Timeline().deployment(3, 'v1', 0).machine('a').machine('b').machine('c');
+    t.machine('a', 'Running', 'v1', interrupted).machine('b', 'Running', 'v1', interrupted);
+    t.machine('d', 'Pending').machine('e', 'Pending').deleting('a').deleting('b');
+    // Only a's instance was warned: b was marked (and replaced) for nothing.
+    const one = run(t, 0, { interruptedInstances: ['i-a'] });
+    expect(one.beyondLimit, "b's replacement is surge beyond replicas 3 + maxSurge 0").to.equal(1);
+    expect(one.firstBeyond).to.contain('4 machines, replicas 3');
+    expect(one.wronglyDeleted.map((d) => [d.machine, d.why])).to.deep.equal([
+      ['b', 'marked interrupted, but its instance i-b got no interruption warning'],
+    ]);
+    expect(one.deletions.find((d) => d.machine === 'a')?.chosen, 'a was interrupted').to.equal(true);
+    // No warning at all (the option omitted, as in every scenario without interruptions).
+    const none = run(t);
+    expect(none.beyondLimit).to.equal(2);
+    expect(none.wronglyDeleted.map((d) => d.machine)).to.deep.equal(['a', 'b']);
   });
 
   it('does not count machines being deleted, and resolves a percentage surge upwards', () => {

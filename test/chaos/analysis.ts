@@ -13,7 +13,10 @@
 //   because machines cannot disappear in the instant the field changes; from then on the new
 //   value binds. maxSurge is the deployment's own (a percentage is rounded up against `allowed`).
 //   A machine whose VM the cloud reclaims (machine.mcm-ts.io/replacing: interrupted) is not
-//   counted either: its replacement is the surge the interruption allows.
+//   counted either: its replacement is the surge the interruption allows. The mark alone is not
+//   trusted: only a machine whose instance the scenario had the cloud warn of an interruption
+//   (AnalysisOptions.interruptedInstances) is left out; one marked without a warning counts like
+//   any other machine, so its replacement is surge beyond the bound.
 //   The figure is the largest excess seen (0 when the bound always held).
 //
 // Machines deleted that were not chosen
@@ -22,7 +25,9 @@
 //   1. the machine was Failed (replacing failed machines is the controller's job);
 //   2. its class differs from the deployment's current template class: an old-set machine in a
 //      rollout (a rollout may only delete those);
-//   2b. it was marked replacing: interrupted (the cloud reclaims its VM: a Spot interruption);
+//   2b. it was marked replacing: interrupted (the cloud reclaims its VM: a Spot interruption) and
+//       its instance is one the scenario had warned (interruptedInstances); marked so without a
+//       warning, its deletion was not chosen;
 //   3. it carried machinepriority.machine.sapcloud.io=1: marked for deletion (what the
 //      cluster-autoscaler's DeleteNodes does, or a user);
 //   4. it was a scale-down: the machines of the current template that were not being deleted
@@ -44,6 +49,12 @@ export interface AnalysisOptions {
   /** Figures count only for writes with a revision in (fromRev, toRev]; earlier writes set the state. */
   fromRev: number;
   toRev: number;
+  /**
+   * The instances the scenario had the cloud warn of an interruption (EC2's Spot interruption
+   * warning), by instance id or by providerID (its last path segment is the instance id).
+   * Omitted: none was, and every machine marked interrupted is a violation.
+   */
+  interruptedInstances?: Iterable<string>;
 }
 
 export interface DeletionVerdict {
@@ -123,9 +134,16 @@ export function resolveSurge(d: Obj | undefined, replicas: number): number {
   return Number(v);
 }
 
-/** Whether the machine's VM is being reclaimed by its cloud (a Spot interruption). */
-function isInterrupted(m: Obj): boolean {
+/** Whether the machine is marked as one whose VM its cloud reclaims (a Spot interruption). */
+function markedInterrupted(m: Obj): boolean {
   return meta(m).annotations?.[REPLACING] === 'interrupted';
+}
+
+/** The instance id of a providerID (`aws:///eu-west-1a/i-0abc` → `i-0abc`), or the id itself. */
+const instanceIdOf = (providerID: string): string => providerID.slice(providerID.lastIndexOf('/') + 1);
+
+function instanceOf(m: Obj): string {
+  return instanceIdOf((m.spec as { providerID?: string } | undefined)?.providerID ?? '');
 }
 
 export function isDeleting(m: Obj | undefined): boolean {
@@ -169,6 +187,9 @@ function rankBefore(a: [number, number, number], b: [number, number, number]): b
 /** Replays the timeline (etcd order) and computes the figures of one deployment in one window. */
 export function analyze(timeline: readonly RecordedEvent[], opts: AnalysisOptions): Analysis {
   const events = [...timeline].sort((a, b) => a.rev - b.rev);
+  const warned = new Set([...(opts.interruptedInstances ?? [])].map(instanceIdOf).filter((id) => id !== ''));
+  /** Marked interrupted, and its instance was warned: the cloud really reclaims its VM. */
+  const interrupted = (m: Obj): boolean => markedInterrupted(m) && warned.has(instanceOf(m));
   const machines = new Map<string, Obj>();
   const depKey = `${opts.namespace}/${opts.deployment}`;
   let dep: Obj | undefined;
@@ -226,7 +247,7 @@ export function analyze(timeline: readonly RecordedEvent[], opts: AnalysisOption
       const target = e.object ?? prev;
       if (inWindow && e.created && e.object !== undefined && ours(e.object)) result.machinesCreated++;
       if (prev !== undefined && !isDeleting(prev) && nowDeleting && target !== undefined && ours(target)) {
-        const verdict = judgeDeletion(key, prev, machines, dep, replicas, deletedBy, ours);
+        const verdict = judgeDeletion(key, prev, machines, dep, replicas, deletedBy, ours, interrupted);
         if (inWindow) {
           const v: DeletionVerdict = {
             rev: e.rev,
@@ -246,7 +267,7 @@ export function analyze(timeline: readonly RecordedEvent[], opts: AnalysisOption
 
     if (dep === undefined) continue;
     let active = 0;
-    for (const m of machines.values()) if (ours(m) && !isDeleting(m) && !isInterrupted(m)) active++;
+    for (const m of machines.values()) if (ours(m) && !isDeleting(m) && !interrupted(m)) active++;
     const surge = resolveSurge(dep, Math.max(allowed, replicas));
     if (active <= replicas + surge) allowed = replicas;
     if (!inWindow) continue;
@@ -268,11 +289,18 @@ function judgeDeletion(
   replicas: number,
   deletedBy: Map<string, number>,
   ours: (m: Obj) => boolean,
+  interrupted: (m: Obj) => boolean,
 ): { chosen: boolean; why: string } {
   if (phase(prev) === 'Failed') return { chosen: true, why: 'Failed machine replaced' };
   const current = deploymentClass(dep);
   if (machineClass(prev) !== current) return { chosen: true, why: `old set (class ${machineClass(prev)})` };
-  if (isInterrupted(prev)) return { chosen: true, why: 'interrupted (the cloud reclaims its VM)' };
+  if (interrupted(prev)) return { chosen: true, why: 'interrupted (the cloud reclaims its VM)' };
+  if (markedInterrupted(prev)) {
+    return {
+      chosen: false,
+      why: `marked interrupted, but its instance ${instanceOf(prev) || '(none)'} got no interruption warning`,
+    };
+  }
   if (meta(prev).annotations?.[REPLACING] !== undefined) {
     // Expiry: the replaced machine may go once the machines that stay cover the replicas, Running
     // ones for a machine that was Running itself.

@@ -14,6 +14,7 @@
 // figures come from the etcd recorder, as for the other scenarios, plus the pods' own times.
 
 import { expect } from 'chai';
+import yaml from 'js-yaml';
 
 import {
   MachineClassResource,
@@ -25,7 +26,7 @@ import {
 import { GroupAnnotation } from '../../lib/autoscaler/groups.js';
 import { CoreResources } from '../../lib/kube/resources.js';
 import type { ConfigMap, CoreEvent, Pod, PodDisruptionBudget } from '../../lib/kube/types.js';
-import { requireAutoscaler, backOffOf, type Autoscaler } from '../harness/autoscaler.js';
+import { requireAutoscaler, backOffOf, klogTime, type Autoscaler } from '../harness/autoscaler.js';
 import {
   REGION,
   ZONE,
@@ -41,6 +42,7 @@ import { AppsDeployments, nodeFillingDeployment } from '../harness/workload.js';
 import { startAwsE2eEnv, type AwsE2eEnv } from '../e2e/awsenv.js';
 import { NS } from '../integration/env/lifecycle.js';
 import { until } from '../integration/env/until.js';
+import { watchEvents } from '../integration/env/watch.js';
 import { analyze } from './analysis.js';
 import { Recorder } from './recorder.js';
 import { recordNotRun, recordRow } from './results.js';
@@ -57,6 +59,8 @@ const MAX_UNAVAILABLE = 3;
 const TYPE = { type: 'm5.xlarge', capacity: { cpu: '4', memory: '16Gi', pods: '20' } };
 /** How long an offering stays unavailable here (the default is 3 minutes; shorter to see it end). */
 const OFFERING_TTL_MS = 40_000;
+/** The autoscaler's status ConfigMap (the harness runs it with --namespace=kube-system). */
+const STATUS_CONFIGMAP = 'cluster-autoscaler-status';
 const ICE = {
   status: 500,
   code: 'InsufficientInstanceCapacity',
@@ -160,6 +164,19 @@ describe(`chaos 7: every spot instance interrupted with no Spot capacity left; c
       (await env.client.list<Pod>(CoreResources.pods, { namespace: NS, labelSelector: `app=${APP}` })).items;
     const nodesOf = async (group: string): Promise<Set<string>> =>
       new Set((await env.machines(group)).map((m) => m.metadata.labels?.node ?? '').filter((n) => n !== ''));
+    /** The value of one of the manager's metrics (the sum of its series). */
+    const managerMetric = async (name: string): Promise<number> => {
+      const m = await env.manager?.registry.getSingleMetric(name)?.get();
+      if (m === undefined) throw new Error(`the manager has no metric ${name}`);
+      return m.values.reduce((sum, x) => sum + x.value, 0);
+    };
+    /** A node group's scale-up status in the autoscaler's status ConfigMap (Backoff, NoActivity, …). */
+    const scaleUpStatusOf = async (group: string): Promise<string | undefined> => {
+      const cm = await env.client.get<ConfigMap>(CoreResources.configMaps, STATUS_CONFIGMAP, 'kube-system');
+      const status = yaml.load(cm.data?.status ?? '') as
+        { nodeGroups?: { name?: string; scaleUp?: { status?: string } }[] } | undefined;
+      return status?.nodeGroups?.find((g) => g.name === group)?.scaleUp?.status;
+    };
     const runningOn = async (group: string, n: number): Promise<Pod[] | undefined> => {
       const nodes = await nodesOf(group);
       const ps = (await pods()).filter((p) => p.metadata.deletionTimestamp === undefined);
@@ -192,20 +209,40 @@ describe(`chaos 7: every spot instance interrupted with no Spot capacity left; c
       error: ICE,
     });
     proxy.resetCounts();
-    const t0 = Date.now();
-    for (const m of victims)
-      await queue.send(spotWarning(instanceIdOf(m.spec?.providerID ?? ''), new Date(t0)));
 
-    // Ready pods sampled until the end: the budget allows 3 of 6 down at once.
+    // Ready pods counted after every change, from the warnings until the pods moved: the budget
+    // allows 3 of 6 down at once.
+    const podsNow = new Map<string, Pod>();
     let minReady = PODS;
-    const sampling = { on: true };
-    const sampler = (async () => {
-      while (sampling.on) {
-        const ready = (await pods().catch(() => [])).filter(podReady).length;
-        minReady = Math.min(minReady, ready);
-        await new Promise((r) => setTimeout(r, 200));
-      }
-    })();
+    let counting = false;
+    const countReady = (): void => {
+      if (counting) minReady = Math.min(minReady, [...podsNow.values()].filter(podReady).length);
+    };
+    const stopPodWatch = await watchEvents<Pod>(
+      env.client,
+      NS,
+      CoreResources.pods,
+      { labelSelector: `app=${APP}` },
+      (ev) => {
+        if (ev.type === 'DELETED') podsNow.delete(ev.object.metadata.name ?? '');
+        else podsNow.set(ev.object.metadata.name ?? '', ev.object);
+        countReady();
+      },
+      (items) => {
+        for (const p of items) podsNow.set(p.metadata.name ?? '', p);
+      },
+    );
+
+    const t0 = Date.now();
+    counting = true;
+    countReady();
+    /** EC2's two minutes count from each warning's time (whole seconds in the event). */
+    const warnedAt = new Map<string, number>();
+    for (const m of victims) {
+      const warning = spotWarning(instanceIdOf(m.spec?.providerID ?? ''), new Date(t0));
+      await queue.send(warning);
+      warnedAt.set(m.metadata.name ?? '', Date.parse((JSON.parse(warning) as { time: string }).time));
+    }
 
     let moved: Pod[];
     try {
@@ -215,25 +252,45 @@ describe(`chaos 7: every spot instance interrupted with no Spot capacity left; c
         180_000,
       ).catch(withLog);
     } finally {
-      sampling.on = false;
-      await sampler;
+      counting = false;
+      await stopPodWatch();
     }
     const convergeMs = Date.now() - t0;
+    // When each victim was gone (its object removed, after its instance was terminated), as the
+    // etcd recorder saw it: no earlier than it happened.
+    const rec = recorder;
+    const goneAt = (name: string): number | undefined =>
+      rec
+        .timeline()
+        .find(
+          (e) => e.resource === 'machines' && e.namespace === NS && e.name === name && e.type === 'delete',
+        )?.at;
     await until(
       'the interrupted machines gone',
-      async () => {
-        const names = new Set((await env.machines(SPOT)).map((m) => m.metadata.name ?? ''));
-        return victims.every((v) => !names.has(v.metadata.name ?? ''));
-      },
+      () => victims.every((v) => goneAt(v.metadata.name ?? '') !== undefined),
       120_000,
     );
+    const victimGoneMs = victims.map((v) => {
+      const name = v.metadata.name ?? '';
+      return { name, ms: (goneAt(name) ?? Infinity) - (warnedAt.get(name) ?? 0) };
+    });
     const toRev = recorder.lastEventRev();
-    const spotFigures = analyze(recorder.timeline(), { namespace: NS, deployment: SPOT, fromRev, toRev });
+    // Only the instances EC2 warned may be replaced as interrupted: a machine marked so otherwise
+    // counts against the bound, and its deletion as not chosen.
+    const interruptedInstances = victims.map((m) => m.spec?.providerID ?? '');
+    const spotFigures = analyze(recorder.timeline(), {
+      namespace: NS,
+      deployment: SPOT,
+      fromRev,
+      toRev,
+      interruptedInstances,
+    });
     const onDemandFigures = analyze(recorder.timeline(), {
       namespace: NS,
       deployment: ON_DEMAND,
       fromRev,
       toRev,
+      interruptedInstances,
     });
 
     // Pending time of every pod created since the warnings: creation to binding.
@@ -245,16 +302,12 @@ describe(`chaos 7: every spot instance interrupted with no Spot capacity left; c
     const forced = events.filter((e) => e.reason === 'DrainForced').length;
     const spotLaunchesRefusedByEc2 = proxy.faulted.get('RunInstances') ?? 0;
     const backOff = backOffOf(log(), `${NS}/${SPOT}`);
-    // klog's "I1128 08:12:34.567890" (month, day; no year) of the first back-off line.
-    const klog =
-      /^[IW](\d{2})(\d{2}) (\d{2}:\d{2}:\d{2}\.\d+).*Disabling scale-up for node group \S+\/spot7-spot until/m.exec(
-        log(),
-      );
-    const backedOffMs =
-      klog === null
-        ? undefined
-        : Date.parse(`${new Date(t0).getUTCFullYear()}-${klog[1] ?? ''}-${klog[2] ?? ''}T${klog[3] ?? ''}Z`) -
-          t0;
+    // The first back-off line's klog time (month, day and time of day, in UTC: see klogTime).
+    const backOffLine = log()
+      .split('\n')
+      .find((l) => l.includes(`Disabling scale-up for node group ${NS}/${SPOT} until`));
+    const backedOffAt = backOffLine === undefined ? undefined : klogTime(backOffLine, t0);
+    const backedOffMs = backedOffAt === undefined ? undefined : backedOffAt - t0;
     const live = (await taggedInstances(cloud.ec2)).filter(isLive);
     const liveMachines = new Set(
       [...(await env.machines(SPOT)), ...(await env.machines(ON_DEMAND))].map((m) => m.metadata.name ?? ''),
@@ -263,6 +316,7 @@ describe(`chaos 7: every spot instance interrupted with no Spot capacity left; c
       .filter((i) => !liveMachines.has(tagOf(i, 'Name') ?? ''))
       .map((i) => i.InstanceId ?? '');
     const notes = [
+      `interrupted machines gone ${victimGoneMs.map((v) => seconds(v.ms)).join(', ')} after their warnings`,
       `${PODS} pods moved, ${forced} drains forced (pods deleted without eviction), min ${minReady} of ${PODS} pods Ready (budget ${PODS - MAX_UNAVAILABLE})`,
       `max Pending ${seconds(maxPendingMs)} over ${pendingMs.length} new pods`,
       backOff.outOfResource
@@ -282,6 +336,12 @@ describe(`chaos 7: every spot instance interrupted with no Spot capacity left; c
       notes: notes.join('; '),
     });
 
+    expect(
+      victimGoneMs
+        .filter((v) => v.ms >= 120_000)
+        .map((v) => `${v.name} gone ${seconds(v.ms)} after its warning`),
+      "interrupted machines not gone before EC2's two minutes from their warnings were up",
+    ).to.deep.equal([]);
     expect(convergeMs, 'all pods on on-demand nodes within 3 minutes').to.be.below(180_000);
     expect(maxPendingMs, `no pod Pending over 150 s (${pendingMs.join(', ')} ms)`).to.be.at.most(150_000);
     expect(forced, 'no drain forced: every pod left by an eviction the budget allowed').to.equal(0);
@@ -309,16 +369,16 @@ describe(`chaos 7: every spot instance interrupted with no Spot capacity left; c
     // Capacity returns. Once the offering's mark and the back-off have ended, two more pods make
     // the autoscaler try the spot group first again, and it launches.
     proxy.clearRules();
-    const backOffEnds =
-      /Disabling scale-up for node group [^ ]*\/spot7-spot until (\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d+)?)/g;
-    let lastEnd = 0;
-    for (const m of log().matchAll(backOffEnds))
-      lastEnd = Math.max(lastEnd, Date.parse(`${m[1] ?? ''}Z`.replace(' ', 'T')));
-    if (!Number.isFinite(lastEnd) || lastEnd === 0)
-      throw new Error("no end of the spot group's back-off in the autoscaler's log");
-    // The mark was set by the first InsufficientInstanceCapacity answer, within seconds of t0.
-    const wait = Math.max(lastEnd, t0 + OFFERING_TTL_MS + 5000) + 1000 - Date.now();
-    if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+    await until(
+      "the offering's mark ended (no offering marked unavailable)",
+      async () => (await managerMetric('mcm_aws_unavailable_offerings')) === 0,
+      OFFERING_TTL_MS + 10_000,
+    );
+    await until(
+      "the spot group's back-off ended (the autoscaler's status says NoActivity)",
+      async () => (await scaleUpStatusOf(`${NS}/${SPOT}`)) === 'NoActivity',
+      70_000,
+    ).catch(withLog);
     await env.client.patch(
       AppsDeployments,
       APP,

@@ -158,6 +158,41 @@ function readFrom(file: string, offset: number): string {
   }
 }
 
+/**
+ * The autoscaler's environment: the test process's, except that
+ * - the in-cluster variables are unset (they would win over --kubeconfig in some client paths);
+ * - TZ=UTC: klog stamps each line with the process's local time, without zone or year, and Go
+ *   prints a time.Time (the end of a back-off, say) in local time too. In UTC those read the same
+ *   whatever the machine's zone, and the same as in Node (Go falls back to UTC for a zone it has
+ *   no zoneinfo for, Node does not). klogTime relies on it.
+ */
+export function autoscalerProcessEnv(parent: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
+  return { ...parent, KUBERNETES_SERVICE_HOST: '', KUBERNETES_SERVICE_PORT: '', TZ: 'UTC' };
+}
+
+/**
+ * The time of a klog line of an autoscaler the harness started (`I1128 08:12:34.567890 …`: month,
+ * day and time of day in UTC, since the harness runs it with TZ=UTC; no year), in ms since the
+ * epoch. The year is the one that puts the line nearest to `near` (a time the test took while the
+ * process ran), so a line from Dec 31 read on Jan 1 is last year's. Undefined: not a klog line.
+ */
+export function klogTime(line: string, near: number): number | undefined {
+  const m = /^[IWEF](\d{2})(\d{2}) (\d{2}):(\d{2}):(\d{2})\.(\d{6})/.exec(line);
+  if (m === null) return undefined;
+  const field = (i: number): number => Number(m[i]);
+  const [month, day] = [field(1), field(2)];
+  const year = new Date(near).getUTCFullYear();
+  let best: number | undefined;
+  for (const y of [year - 1, year, year + 1]) {
+    const t = Date.UTC(y, month - 1, day, field(3), field(4), field(5), Math.floor(field(6) / 1000));
+    const d = new Date(t);
+    // Feb 29 exists in leap years only (Date.UTC would roll it over to Mar 1).
+    if (d.getUTCMonth() !== month - 1 || d.getUTCDate() !== day) continue;
+    if (best === undefined || Math.abs(t - near) < Math.abs(best - near)) best = t;
+  }
+  return best;
+}
+
 const instances = new WeakMap<ControlPlane, number>();
 
 class AutoscalerProcess implements Autoscaler {
@@ -284,8 +319,7 @@ export async function startAutoscaler(opts: AutoscalerOptions): Promise<Autoscal
     command: binary,
     args,
     logFile: path.join(cp.logDir, `${name}.log`),
-    // In-cluster variables would win over --kubeconfig in some client paths; make sure they are unset.
-    env: { ...process.env, KUBERNETES_SERVICE_HOST: '', KUBERNETES_SERVICE_PORT: '' },
+    env: autoscalerProcessEnv(process.env),
   });
   proc.start();
   const ca = new AutoscalerProcess(opts.version, proc, cloudConfigFile, port);

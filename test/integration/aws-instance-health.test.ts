@@ -33,7 +33,6 @@ const APP = 'health';
 
 const isReady = (n: Node): boolean =>
   n.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 /** Every machine of the app: created, deleted, each one's phases and when each was first Failed. */
 class MachineLog {
@@ -294,9 +293,35 @@ describe('AWS instance health without a queue (real kube-apiserver and kwok; mot
     await log.start(env);
     const noticesBefore = await metric('mcm_aws_impaired_instance_notices_total');
 
-    /** Reports the victim impaired for `ms` (the poll has seen it), then ok until a poll has seen that. */
-    async function impairFor(ms: number): Promise<void> {
-      const from = Date.now();
+    const polls = (): Promise<number> => metric('mcm_aws_instance_status_polls_total');
+    /** Waits until `n` more polls have been counted (one region and credentials: one a poll). */
+    async function morePolls(n: number, what: string): Promise<void> {
+      const from = await polls();
+      await until(what, async () => (await polls()) >= from + n, n * 5_000);
+    }
+    /**
+     * Waits until a poll is counted at `t` (ms since the epoch) or later: its clock reads `t` or
+     * later when it judges the instances it saw.
+     */
+    async function pollFrom(t: number, what: string): Promise<void> {
+      let before: number | undefined;
+      await until(
+        what,
+        async () => {
+          if (Date.now() < t) return false;
+          const n = await polls();
+          before ??= n;
+          return n > before;
+        },
+        Math.max(0, t - Date.now()) + 5_000,
+      );
+    }
+    /**
+     * Reports the victim impaired until `hold` resolves, then ok until a poll has seen that; resolves
+     * with when the poll was seen to report it impaired (no earlier than the manager's clock for it
+     * started).
+     */
+    async function impaired(hold: () => Promise<void>): Promise<number> {
       proxy.rule({
         action: 'DescribeInstanceStatus',
         rewrite: (xml) => impairedStatus(xml, new Set([idOf(victim as Machine)])),
@@ -306,19 +331,26 @@ describe('AWS instance health without a queue (real kube-apiserver and kwok; mot
         async () => (await metric('mcm_aws_impaired_instances')) === 1,
         5_000,
       );
-      await sleep(Math.max(0, from + ms - Date.now()));
+      const seenAt = Date.now();
+      await hold();
       proxy.clearRules();
       await until(
         'the poll sees it ok',
         async () => (await metric('mcm_aws_impaired_instances')) === 0,
         5_000,
       );
+      return seenAt;
     }
-    // 7 s impaired in all, more than the timeout, but never 6 s at a stretch.
-    await impairFor(3_500);
-    await impairFor(3_500);
-    // Past the timeout from the first impairment, with polls to act.
-    await sleep(3 * INTERVAL_MS);
+    // Impaired for two more polls (about 2 s of the 6 s timeout), then an ok poll.
+    const firstSeen = await impaired(() => morePolls(2, 'two more polls see it impaired'));
+    // Impaired again until a poll sees it once the timeout from the first impairment has passed: a
+    // manager that kept the first clock would act on that poll. This stretch began four polls or
+    // more after the first was seen, so it stays under the timeout itself (about 3 s).
+    await impaired(() =>
+      pollFrom(firstSeen + TIMEOUT_MS, 'a poll past the timeout counted from the first impairment'),
+    );
+    // The poll that would have acted handled its notices before the next began; three more polls.
+    await morePolls(3, 'three more polls');
     await log.close();
 
     expect(phaseOf(await env.client.get<Machine>(MachineResource, name, NS))).to.equal('Running');

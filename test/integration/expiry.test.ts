@@ -28,8 +28,10 @@ class ExpiryWatch {
   minRunning = Number.POSITIVE_INFINITY;
   readonly created = new Set<string>();
   readonly deleted = new Set<string>();
-  /** When a machine was first seen marked replacing, by name. */
+  /** When a machine was first seen marked replacing, by name (no earlier than it was marked). */
   readonly markedAt = new Map<string, number>();
+  /** Each marked machine's creationTimestamp (ms), by name. */
+  private readonly createdAt = new Map<string, number>();
   private stopWatch: (() => Promise<void>) | undefined;
 
   constructor(private readonly counting: () => boolean) {}
@@ -48,16 +50,36 @@ class ExpiryWatch {
         } else {
           if (!this.machines.has(name) && ev.type === 'ADDED') this.created.add(name);
           this.machines.set(name, ev.object);
-          if (ev.object.metadata.annotations?.[REPLACING] !== undefined && !this.markedAt.has(name))
-            this.markedAt.set(name, Date.now());
+          this.seeMark(ev.object);
         }
         this.observe();
       },
       (items) => {
-        for (const m of items) this.machines.set(m.metadata.name ?? '', m);
+        for (const m of items) {
+          this.machines.set(m.metadata.name ?? '', m);
+          this.seeMark(m);
+        }
         this.observe();
       },
     );
+  }
+
+  private seeMark(m: Machine): void {
+    const name = m.metadata.name ?? '';
+    if (m.metadata.annotations?.[REPLACING] === undefined || this.markedAt.has(name)) return;
+    this.markedAt.set(name, Date.now());
+    this.createdAt.set(name, Date.parse(m.metadata.creationTimestamp ?? ''));
+  }
+
+  /**
+   * The machines marked replacing before `expireAfterMs` had passed since their creationTimestamp
+   * (which has whole seconds, no later than the creation): each one's age when it was seen marked.
+   */
+  markedYoung(expireAfterMs: number): string[] {
+    return [...this.markedAt]
+      .map(([name, at]) => ({ name, ageMs: at - (this.createdAt.get(name) ?? Number.NaN) }))
+      .filter((m) => !(m.ageMs >= expireAfterMs))
+      .map((m) => `${m.name} marked ${(m.ageMs / 1000).toFixed(1)}s after its creation`);
   }
 
   private observe(): void {
@@ -142,17 +164,14 @@ describe('expiry and disruption budgets (real kube-apiserver, the whole manager 
     await watch.start(env, app);
     await annotate(env, app, { [EXPIRE_AFTER]: '45s', [BUDGET]: '2' });
 
-    // Nothing expires before its time.
-    const expiresAt = Date.parse(originals[0]?.metadata.creationTimestamp ?? '') + 45_000;
-    await new Promise((r) => setTimeout(r, Math.max(0, expiresAt - Date.now() - 5_000)));
-    expect(watch.markedAt.size, 'machines marked before they were 45s old').to.equal(0);
-
-    // All but the held one are replaced.
+    // All but the held one are replaced, within 2 minutes from when the first is about to expire.
     const others = originals.filter((m) => m !== held).map((m) => m.metadata.name ?? '');
+    const expiresAt =
+      Math.min(...originals.map((m) => Date.parse(m.metadata.creationTimestamp ?? ''))) + 45_000;
     await until(
       'the 9 machines without a vetoing pod replaced',
       () => others.every((n) => watch.deleted.has(n)),
-      120_000,
+      Math.max(0, expiresAt - 5_000 - Date.now()) + 120_000,
     );
     const replacedBy = Date.now();
     expect(watch.deleted.has(held?.metadata.name ?? ''), 'the held machine is still there').to.equal(false);
@@ -178,6 +197,9 @@ describe('expiry and disruption budgets (real kube-apiserver, the whole manager 
     counting = false;
     await annotate(env, app, { [EXPIRE_AFTER]: null });
     await watch.stop();
+    // Nothing expires before its time: the originals, nor the replacements that grew 45s old.
+    expect(watch.markedYoung(45_000), 'machines marked before they were 45s old').to.deep.equal([]);
+    expect(watch.markedAt.size, 'machines marked').to.be.at.least(10);
 
     const secondsAfter = (replacedBy - createdAt) / 1000;
     console.log(
@@ -214,13 +236,18 @@ describe('expiry and disruption budgets (real kube-apiserver, the whole manager 
       40_000,
     );
     expect(waiting.message).to.include(`the next opens at ${opens.toISOString()}`);
-    await new Promise((r) => setTimeout(r, Math.max(0, opens.getTime() - Date.now() - 1_000)));
-    expect(watch.markedAt.size, 'machines marked before the window opened').to.equal(0);
-    await until('a replacement started in the window', () => watch.markedAt.size > 0, 30_000);
+    // The watch saw every mark from before the window opened: the first one tells whether any came
+    // early.
+    await until(
+      'a replacement started in the window',
+      () => watch.markedAt.size > 0,
+      Math.max(0, opens.getTime() - 1_000 - Date.now()) + 30_000,
+    );
     const first = Math.min(...watch.markedAt.values());
     expect(first, 'marked once the window opened').to.be.at.least(opens.getTime() - 1_000);
     await annotate(env, app, { [EXPIRE_AFTER]: null });
     await watch.stop();
+    expect(watch.markedYoung(10_000), 'machines marked before they were 10s old').to.deep.equal([]);
   });
 
   it('reports invalid disruption settings on the deployment and disrupts nothing', async () => {

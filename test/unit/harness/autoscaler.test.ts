@@ -7,7 +7,9 @@ import { expect } from 'chai';
 import {
   autoscalerDefaultFlags,
   autoscalerHasFlag,
+  autoscalerProcessEnv,
   externalGrpcCloudConfig,
+  klogTime,
   requireAutoscaler,
 } from '../../harness/autoscaler.js';
 import {
@@ -124,6 +126,44 @@ describe('test harness: cluster-autoscaler versions and flags', () => {
         'grpc_timeout: "10s"',
         '',
       ].join('\n'),
+    );
+  });
+});
+
+describe('test harness: cluster-autoscaler log times', () => {
+  const at = (iso: string): number => Date.parse(iso);
+
+  it('runs the autoscaler in UTC, without the in-cluster variables, and otherwise with the test’s environment', () => {
+    const env = autoscalerProcessEnv({
+      TZ: 'Europe/Berlin',
+      PATH: '/bin',
+      KUBERNETES_SERVICE_HOST: '10.0.0.1',
+    });
+    expect(env).to.deep.equal({
+      TZ: 'UTC',
+      PATH: '/bin',
+      KUBERNETES_SERVICE_HOST: '',
+      KUBERNETES_SERVICE_PORT: '',
+    });
+  });
+
+  it('reads a klog line’s month, day and time as UTC, in the year of the time given', () => {
+    const line =
+      'W1128 08:12:34.567890 12345 orchestrator.go:100] Disabling scale-up for node group default/x until …';
+    expect(klogTime(line, at('2026-11-28T08:13:00Z'))).to.equal(at('2026-11-28T08:12:34.567Z'));
+    expect(klogTime('not a klog line', at('2026-11-28T08:13:00Z'))).to.equal(undefined);
+  });
+
+  it('takes the year that puts the line nearest the time given, across New Year', () => {
+    const dec31 = 'I1231 23:59:58.000001 1 main.go:1] last of the year';
+    const jan1 = 'I0101 00:00:02.000000 1 main.go:1] first of the year';
+    expect(klogTime(dec31, at('2027-01-01T00:00:05Z')), 'read on Jan 1').to.equal(at('2026-12-31T23:59:58Z'));
+    expect(klogTime(jan1, at('2026-12-31T23:59:59Z')), 'read a little late, on Dec 31').to.equal(
+      at('2027-01-01T00:00:02Z'),
+    );
+    // Feb 29 only exists in a leap year: near March 2029 it is 2028's.
+    expect(klogTime('I0229 12:00:00.000000 1 x.go:1] leap', at('2029-03-01T00:00:00Z'))).to.equal(
+      at('2028-02-29T12:00:00Z'),
     );
   });
 });
