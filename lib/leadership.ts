@@ -126,6 +126,11 @@ export class Leadership {
    * wind-down. Then both elections end: cancelled, each elector releases its Lease if it still
    * holds it (a conditional update, so never one another replica has taken meanwhile).
    */
+  /** Ends leadership from the outside (the leader cannot run what it leads for): as on a loss. */
+  resign(why: string): void {
+    this.end(why);
+  }
+
   private end(why: string): void {
     if (this.ended) return;
     this.ended = true;

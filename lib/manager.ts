@@ -361,15 +361,25 @@ export class Manager {
       this.runControllers();
     } catch (err) {
       this.log.error('starting controllers failed', { err });
-      this.deps.onLeadershipLost?.();
+      this.giveUpLeading('starting controllers failed');
       return;
     }
     // Only the leader serves the autoscaler: a standby's view may be stale and its writes are
     // fenced, so it does not listen at all and the autoscaler's connection lands on the leader.
     this.startGrpc().catch((err: unknown) => {
       this.log.error('starting the externalgrpc server failed', { err });
-      this.deps.onLeadershipLost?.();
+      this.giveUpLeading('starting the externalgrpc server failed');
     });
+  }
+
+  /**
+   * The leader cannot run what it leads: with leader election it resigns (fence closed, both Leases
+   * released, then exit or stand by as on a loss), so another replica leads instead of this one
+   * renewing while nothing runs; without it the process is told to exit.
+   */
+  private giveUpLeading(why: string): void {
+    if (this.leadership !== undefined) this.leadership.resign(why);
+    else this.deps.onLeadershipLost?.();
   }
 
   /**

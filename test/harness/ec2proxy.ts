@@ -88,6 +88,30 @@ function errorXml(code: string, message: string): string {
   );
 }
 
+/**
+ * An EC2 answer in which every instance's private DNS name is its resource name
+ * (`i-0123456789abcdef0.<region>.compute.internal`, EC2's hostname type resource-name) instead of
+ * the emulator's IP name. The emulator hands a terminated instance's private IP to the next
+ * instance at once, so with IP names a new instance can come up with an old node's name; resource
+ * names never repeat.
+ */
+export function withResourceNames(xml: string, region: string): string {
+  const marks = [...xml.matchAll(/<instanceId>(i-[^<]+)<\/instanceId>/g)];
+  if (marks.length === 0) return xml;
+  let out = xml.slice(0, marks[0]?.index ?? 0);
+  for (let k = 0; k < marks.length; k++) {
+    const m = marks[k];
+    if (m === undefined) continue;
+    const end = marks[k + 1]?.index ?? xml.length;
+    const segment = xml.slice(m.index, end);
+    out += segment.replace(
+      /<privateDnsName>([^<]+)<\/privateDnsName>/g,
+      `<privateDnsName>${m[1] ?? ''}.${region}.compute.internal</privateDnsName>`,
+    );
+  }
+  return out;
+}
+
 /** The attempt an AWS SDK's `amz-sdk-request: attempt=N; max=M` header names (1 without one). */
 export function sdkAttempt(header: string | string[] | undefined): number {
   const value = Array.isArray(header) ? header[0] : header;
@@ -116,7 +140,14 @@ export class Ec2FaultProxy {
    */
   onAnswer: ((action: string, params: URLSearchParams, status: number, body: Buffer) => void) | undefined;
 
-  constructor(private readonly upstream: string) {}
+  /**
+   * `resourceNamesIn`: the region whose resource names (withResourceNames) replace the emulator's
+   * IP names in every RunInstances and DescribeInstances answer.
+   */
+  constructor(
+    private readonly upstream: string,
+    private readonly opts: { resourceNamesIn?: string } = {},
+  ) {}
 
   async start(): Promise<string> {
     this.server = http.createServer((req, res) => {
@@ -262,14 +293,19 @@ export class Ec2FaultProxy {
         const out: Buffer[] = [];
         upRes.on('data', (c: Buffer) => out.push(c));
         upRes.on('end', () => {
-          this.onAnswer?.(action, params, upRes.statusCode ?? 0, Buffer.concat(out));
+          // Resource names first: the kubelet simulator (onAnswer) names its Nodes as clients see them.
+          let raw: Buffer = Buffer.concat(out);
+          const region = this.opts.resourceNamesIn;
+          if (region !== undefined && (action === 'RunInstances' || action === 'DescribeInstances'))
+            raw = Buffer.from(withResourceNames(raw.toString('utf8'), region));
+          this.onAnswer?.(action, params, upRes.statusCode ?? 0, raw);
           if (rule?.dropAnswer === true) {
             req.socket.destroy();
             return;
           }
           const headers = { ...upRes.headers };
           delete headers['transfer-encoding'];
-          let data: Buffer = Buffer.concat(out);
+          let data: Buffer = raw;
           if (action === 'RunInstances' && this.hideAnswers > 0 && (upRes.statusCode ?? 0) < 300) {
             for (const m of data.toString('utf8').matchAll(/<instanceId>([^<]+)<\/instanceId>/g))
               if (m[1] !== undefined) this.hidden.set(m[1], this.hideAnswers);

@@ -3,6 +3,9 @@
 // reports every running instance's status checks `ok` and cannot be told otherwise, so the proxy
 // rewrites its DescribeInstanceStatus answers to report chosen instances `impaired`, as EC2 does
 // when a reachability check fails. Short interval and timeout through the manager's own flags.
+// The proxy also gives instances EC2's resource names (i-….compute.internal) instead of moto's IP
+// names: moto hands a terminated instance's IP to the next one at once, and a replacement with an
+// old node's name would be failed as a VM using an old node, hiding what this test counts.
 
 import { expect } from 'chai';
 
@@ -41,6 +44,11 @@ class MachineLog {
   readonly phases = new Map<string, Set<string>>();
   readonly failedAt = new Map<string, number>();
   readonly failedOperation = new Map<string, string>();
+  /** When the notice's record (vm-failure) was first seen on each machine. */
+  readonly recordedAt = new Map<string, number>();
+  /** Machines Failed and not yet gone, now, and the most there ever were at once. */
+  private readonly failedNow = new Set<string>();
+  maxFailedAtOnce = 0;
   private stop: (() => Promise<void>) | undefined;
 
   async start(env: LifecycleEnv): Promise<void> {
@@ -53,6 +61,15 @@ class MachineLog {
         this.failedAt.set(name, Date.now());
         this.failedOperation.set(name, m.status?.lastOperation?.description ?? '');
       }
+      if (phaseOf(m) === 'Failed' || m.metadata.deletionTimestamp !== undefined) {
+        this.failedNow.add(name);
+        this.maxFailedAtOnce = Math.max(this.maxFailedAtOnce, this.failedNow.size);
+      }
+      if (
+        m.metadata.annotations?.['machine.mcm-ts.io/vm-failure'] !== undefined &&
+        !this.recordedAt.has(name)
+      )
+        this.recordedAt.set(name, Date.now());
     };
     this.stop = await watchEvents<Machine>(
       env.client,
@@ -62,8 +79,10 @@ class MachineLog {
       (ev) => {
         const name = ev.object.metadata.name ?? '';
         if (ev.type === 'ADDED') this.created.add(name);
-        if (ev.type === 'DELETED') this.deleted.add(name);
-        else seen(ev.object);
+        if (ev.type === 'DELETED') {
+          this.deleted.add(name);
+          this.failedNow.delete(name);
+        } else seen(ev.object);
       },
       (items) => {
         items.forEach(seen);
@@ -88,12 +107,13 @@ describe('AWS instance health without a queue (real kube-apiserver and kwok; mot
 
   before(async () => {
     moto = await startMoto();
-    proxy = new Ec2FaultProxy(moto.endpoint);
+    proxy = new Ec2FaultProxy(moto.endpoint, { resourceNamesIn: REGION });
     process.env.AWS_ENDPOINT_URL_EC2 = await proxy.start();
     cloud = await provisionCloud(moto.endpoint);
     env = await LifecycleEnv.start({ kwok: true });
     kubelet = new Ec2KubeletSimulator({
-      endpoint: moto.endpoint,
+      // Through the proxy: the Nodes carry the instances' resource names, as the driver sees them.
+      endpoint: proxy.endpoint,
       region: REGION,
       clusterTag: CLUSTER_TAG,
       client: env.client,
@@ -199,16 +219,17 @@ describe('AWS instance health without a queue (real kube-apiserver and kwok; mot
     ).to.equal(true);
   });
 
-  it('instances whose status checks EC2 reports impaired for longer than the timeout: their machines are marked Failed with the check and since when, and replaced by their MachineSet; the others untouched', async () => {
+  it('instances whose status checks EC2 reports impaired for longer than the timeout: their machines are marked Failed one at a time (the replacement budget of 1), their nodes drained with evictions while Ready, and each replaced once; the others untouched', async () => {
     const fleet = await until('4 Running machines with Ready nodes', () => runningFleet(4), 120_000);
-    const [fresh, old, ...others] = fleet;
-    if (fresh === undefined || old === undefined) throw new Error('no machines');
+    const [fresh, old, old2, ...others] = fleet;
+    if (fresh === undefined || old === undefined || old2 === undefined) throw new Error('no machines');
     const log = new MachineLog();
     await log.start(env);
     const actedBefore = await metric('mcm_aws_impaired_instance_notices_total', { outcome: 'acted' });
 
     // `fresh`: its system check fails now, EC2 gives no ImpairedSince (the clock starts at the
-    // poll that first sees it). `old`: its instance check has failed for 10 minutes by EC2's word.
+    // poll that first sees it). `old` and `old2`: their instance checks have failed for 10 minutes
+    // by EC2's word, so both are due at the first poll, together: the budget takes one at a time.
     const impairedAt = Date.now();
     const oldSince = new Date(impairedAt - 600_000);
     proxy.rule({
@@ -216,52 +237,59 @@ describe('AWS instance health without a queue (real kube-apiserver and kwok; mot
       rewrite: (xml) =>
         impairedStatus(
           impairedStatus(xml, new Set([idOf(fresh)]), { checks: ['systemStatus'] }),
-          new Set([idOf(old)]),
+          new Set([idOf(old), idOf(old2)]),
           { checks: ['instanceStatus'], since: oldSince },
         ),
     });
     const freshName = fresh.metadata.name ?? '';
     const oldName = old.metadata.name ?? '';
+    const old2Name = old2.metadata.name ?? '';
     await until(
-      `${freshName} and ${oldName} deleted and 4 Running machines again`,
-      async () => (await gone(freshName)) && (await gone(oldName)) && runningFleet(4),
-      90_000,
+      `${freshName}, ${oldName} and ${old2Name} deleted and 4 Running machines again`,
+      async () =>
+        (await gone(freshName)) && (await gone(oldName)) && (await gone(old2Name)) && runningFleet(4),
+      120_000,
     );
     await log.close();
 
-    const oldFailed = log.failedAt.get(oldName) ?? Infinity;
-    const freshFailed = log.failedAt.get(freshName) ?? Infinity;
-    expect(oldFailed - impairedAt, 'EC2’s ImpairedSince counts: failed at the first polls').to.be.below(
+    const freshRecorded = log.recordedAt.get(freshName) ?? Infinity;
+    for (const name of [oldName, old2Name]) {
+      expect(
+        (log.recordedAt.get(name) ?? Infinity) - impairedAt,
+        `${name}: EC2’s ImpairedSince counts, recorded at the first polls`,
+      ).to.be.below(TIMEOUT_MS);
+    }
+    expect(freshRecorded - impairedAt, 'the timeout from the first sight waited for').to.be.at.least(
       TIMEOUT_MS,
     );
-    expect(freshFailed - impairedAt, 'the timeout from the first sight waited for').to.be.at.least(
-      TIMEOUT_MS,
+    expect(freshRecorded - impairedAt, 'not much later than the timeout').to.be.below(TIMEOUT_MS + 10_000);
+    expect(log.maxFailedAtOnce, 'the replacement budget of 1: one machine in replacement at a time').to.equal(
+      1,
     );
-    expect(freshFailed - impairedAt, 'not much later than the timeout').to.be.below(TIMEOUT_MS + 10_000);
-    expect(log.failedOperation.get(freshName)).to.match(
-      /system status check impaired \(reachability\), seen impaired since .*longer than 6s.*marked Failed/,
+    for (const name of [freshName, oldName, old2Name]) {
+      expect(log.failedOperation.get(name), name).to.match(/reported its VM .* failed \(InstanceImpaired\)/);
+    }
+    const freshEvents = await eventsOf(freshName);
+    expect(freshEvents.find((e) => e.reason === 'InstanceImpaired')?.message).to.match(
+      /system status check impaired \(reachability\), seen impaired since .*longer than 6s.*replacement budget/,
     );
-    expect(log.failedOperation.get(oldName)).to.contain(
+    const oldEvents = await eventsOf(oldName);
+    expect(oldEvents.find((e) => e.reason === 'InstanceImpaired')?.message).to.contain(
       `instance status check impaired (reachability) since ${oldSince.toISOString().replace(/\.\d{3}Z$/, 'Z')}`,
     );
-    for (const name of [freshName, oldName]) {
-      const events = await eventsOf(name);
-      expect(
-        events.map((e) => e.reason),
-        name,
-      ).to.include('InstanceImpaired');
-    }
-    // moto hands a terminated instance's private IP to the next instance at once: a replacement
-    // launched right after the termination can come up with the old node's name, and the manager
-    // then fails it as a VM using an old node (as gardener does) and the MachineSet creates another.
-    const replacements = [...log.created].filter((n) => !log.deleted.has(n));
-    expect(replacements, 'one replacement each').to.have.length(2);
-    for (const n of log.created) {
-      if (!log.deleted.has(n)) continue;
-      expect(log.failedOperation.get(n), `${n}, a replacement, deleted only for a reused node name`).to.match(
-        /already exists for another machine/,
-      );
-    }
+    const old2Events = await eventsOf(old2Name);
+    const waited = [oldEvents, old2Events].filter((es) =>
+      es.some((e) => e.reason === 'ReplacementBudgetExhausted'),
+    );
+    expect(waited, 'of the two due together, one waited for the budget, and said so').to.have.length(1);
+    expect(
+      [...freshEvents, ...oldEvents, ...old2Events].map((e) => e.reason),
+      'Ready nodes: drained with evictions, never forced',
+    ).to.not.include('DrainForced');
+    // One replacement each, none lost: the instances' resource names never repeat.
+    const replacements = [...log.created].filter((n) => !fleet.some((m) => m.metadata.name === n));
+    expect(replacements, 'one replacement each').to.have.length(3);
+    for (const n of replacements) expect(log.deleted.has(n), `${n} stays`).to.equal(false);
     for (const m of others) {
       const name = m.metadata.name ?? '';
       expect(log.deleted.has(name), `${name} not deleted`).to.equal(false);
@@ -269,9 +297,9 @@ describe('AWS instance health without a queue (real kube-apiserver and kwok; mot
     }
     expect(
       (await metric('mcm_aws_impaired_instance_notices_total', { outcome: 'acted' })) - actedBefore,
-    ).to.equal(2);
+    ).to.equal(3);
     const instances = await taggedInstances(cloud.ec2);
-    for (const id of [idOf(fresh), idOf(old)]) {
+    for (const id of [idOf(fresh), idOf(old), idOf(old2)]) {
       expect(instances.find((i) => i.InstanceId === id)?.State?.Name, `${id} terminated`).to.equal(
         'terminated',
       );
