@@ -1,4 +1,10 @@
-import { Annotation, DELETE_FIRST_MACHINE_PRIORITY, Label, LabelValue } from '../../api/constants.js';
+import {
+  Annotation,
+  DELETE_FIRST_MACHINE_PRIORITY,
+  Label,
+  LabelValue,
+  MachinePhase,
+} from '../../api/constants.js';
 import { replicasOf } from '../../api/replicas.js';
 import type { MachineSet } from '../../api/types.js';
 import type { DeepReadonly } from '../../kube/informer.js';
@@ -11,6 +17,7 @@ import {
   isReplacing,
   isTerminating,
   markedForDeletionTime,
+  phaseOf,
   priorityOf,
   shouldKeepFailedMachine,
   sortForDeletion,
@@ -31,6 +38,12 @@ export interface ReplicaPlan<M extends AnyMachine> {
   /** When an interrupted machine kept for now must go (its deadline minus the drain lead). */
   recheckAt?: number;
 }
+
+/** Phases of a machine whose creation is failing: it stands in for no interrupted machine. */
+const CREATION_STUCK: ReadonlySet<string> = new Set<string>([
+  MachinePhase.CrashLoopBackOff,
+  MachinePhase.Failed,
+]);
 
 export interface ReplicaOptions<M extends AnyMachine> {
   /**
@@ -66,11 +79,13 @@ export interface ReplicaOptions<M extends AnyMachine> {
  *   it and deleting it keeps at least replicas machines available (one that is not available
  *   costs nothing). They go first in the scale-down order too.
  * - interrupted machines (isInterrupted: their VM is about to go) get their replacement at once, one
- *   for one, as any machine being replaced (they do not count); each is deleted once its replacement is available
- *   (the set holds its replicas available without it), or, when that takes too long, at its
- *   interruption deadline minus the drain lead, whichever comes first: its pods move once, onto a
- *   node that is ready for them, and its drain still ends by the deadline. A machine that is not
- *   available (its pods are not served) goes at once. They go even while creation is blocked.
+ *   for one, as any machine being replaced (they do not count); each is deleted once its
+ *   replacement is available (the set holds its replicas available without it), or, when that
+ *   takes too long, at its interruption deadline minus the drain lead, whichever comes first: its
+ *   pods move once, onto a node that is ready for them, and its drain still ends by the deadline.
+ *   One whose replacement is not on its way (creation blocked: frozen, scale-up disabled; or
+ *   failing: no capacity) goes at once, so that its pods look for room elsewhere (the autoscaler
+ *   sees them Pending) while the VM still runs; so does one that is not available itself.
  * - a machine replaced for a voluntary reason (expiry, rebalance) is not deleted while a pod on its
  *   node vetoes disruption (vetoOf): its node takes no new pods (the machine controller taints it),
  *   so the veto is the last one's; it is held above the replicas until that pod goes.
@@ -98,22 +113,32 @@ export function planReplicas<M extends AnyMachine>(
 
   const replacing = active.filter(isReplacing);
   const diff = active.length - replacing.length - replicas;
-  const interrupted = replacing.filter(isInterrupted);
+  const creations = diff < 0 ? planCreations(ms, -diff, burst) : undefined;
+  // Machines on their way up that can stand in for an interrupted one: created and not available
+  // yet, their creation not failing (CrashLoopBackOff: refused for capacity, say), or created now.
+  let progressing =
+    active.filter((m) => !isReplacing(m) && !isAvailable(m) && !CREATION_STUCK.has(phaseOf(m))).length +
+    (creations?.create ?? 0);
+  // Interrupted machines: at once when not available or the deadline is near, or when no
+  // replacement is on its way for it (creation blocked or failing: its pods had better look for
+  // room elsewhere now); else once the set holds its replicas available without them. The ones
+  // with the latest deadlines wait first.
   let available = active.filter(isAvailable).length;
-  // Interrupted machines: at once when not available or the deadline is near, else once the set
-  // holds its replicas available without them (their replacements are up).
+  const interrupted = replacing
+    .filter(isInterrupted)
+    .sort((a, b) => (interruptionDeadlineOf(b) ?? now) - (interruptionDeadlineOf(a) ?? now));
   for (const m of interrupted) {
     const dueAt = (interruptionDeadlineOf(m) ?? now) - lead;
-    if (!isAvailable(m) || now >= dueAt) take(m, 'interrupted');
+    if (!isAvailable(m) || now >= dueAt || progressing <= 0) take(m, 'interrupted');
     else if (available - 1 >= replicas) take(m, 'interrupted');
     if (!chosen.has(m)) {
+      progressing--;
       plan.recheckAt = Math.min(plan.recheckAt ?? Infinity, dueAt);
       continue;
     }
     if (isAvailable(m)) available--;
   }
-  if (diff < 0) {
-    const creations = planCreations(ms, -diff, burst);
+  if (creations !== undefined) {
     return {
       ...creations,
       delete: plan.delete,
