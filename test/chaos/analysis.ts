@@ -74,6 +74,11 @@ export interface Analysis {
   firstBeyond: string | undefined;
   /** Most machines not being deleted at once. */
   peakActive: number;
+  /**
+   * Most machines Failed or being deleted at once (the machines in replacement that a failure
+   * started: what a replacement budget bounds).
+   */
+  peakFailedOrGoing: number;
   /** Machines created in the window. */
   machinesCreated: number;
   deletions: DeletionVerdict[];
@@ -209,6 +214,7 @@ export function analyze(timeline: readonly RecordedEvent[], opts: AnalysisOption
     beyondLimit: 0,
     firstBeyond: undefined,
     peakActive: 0,
+    peakFailedOrGoing: 0,
     machinesCreated: 0,
     deletions: [],
     wronglyDeleted: [],
@@ -267,11 +273,17 @@ export function analyze(timeline: readonly RecordedEvent[], opts: AnalysisOption
 
     if (dep === undefined) continue;
     let active = 0;
-    for (const m of machines.values()) if (ours(m) && !isDeleting(m) && !interrupted(m)) active++;
+    let failedOrGoing = 0;
+    for (const m of machines.values()) {
+      if (!ours(m)) continue;
+      if (!isDeleting(m) && !interrupted(m)) active++;
+      if (isDeleting(m) || phase(m) === 'Failed') failedOrGoing++;
+    }
     const surge = resolveSurge(dep, Math.max(allowed, replicas));
     if (active <= replicas + surge) allowed = replicas;
     if (!inWindow) continue;
     result.peakActive = Math.max(result.peakActive, active);
+    result.peakFailedOrGoing = Math.max(result.peakFailedOrGoing, failedOrGoing);
     const excess = active - (allowed + surge);
     if (excess > result.beyondLimit) {
       result.beyondLimit = excess;

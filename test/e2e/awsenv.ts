@@ -50,6 +50,12 @@ export async function startAwsE2eEnv(opts: {
   interruptionQueue?: boolean;
   /** The manager's configuration beyond the defaults and what this sets. */
   manager?: Partial<ManagerConfig>;
+  /**
+   * With the proxy: instances carry EC2's resource names (i-….compute.internal) instead of the
+   * emulator's IP names, which it reuses at once after a termination (see withResourceNames); the
+   * kubelet simulator reads through the proxy to see them so.
+   */
+  resourceNames?: boolean;
 }): Promise<AwsE2eEnv> {
   const savedEnv = Object.fromEntries(
     [
@@ -63,7 +69,7 @@ export async function startAwsE2eEnv(opts: {
   const moto = await startMoto();
   let proxy: Ec2FaultProxy | undefined;
   if (opts.withProxy !== undefined) {
-    proxy = new Ec2FaultProxy(moto.endpoint);
+    proxy = new Ec2FaultProxy(moto.endpoint, opts.resourceNames === true ? { resourceNamesIn: REGION } : {});
     process.env.AWS_ENDPOINT_URL_EC2 = await proxy.start();
     opts.withProxy(proxy);
   } else {
@@ -109,7 +115,7 @@ export async function startAwsE2eEnv(opts: {
     ...opts.manager,
   });
   const kubelet = new Ec2KubeletSimulator({
-    endpoint: moto.endpoint,
+    endpoint: opts.resourceNames === true && proxy !== undefined ? proxy.endpoint : moto.endpoint,
     region: REGION,
     clusterTag: CLUSTER_TAG,
     client: env.client,

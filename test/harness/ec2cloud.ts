@@ -73,6 +73,18 @@ export async function provisionCloud(endpoint: string): Promise<Ec2Cloud> {
   };
 }
 
+/** Another subnet of the cloud's VPC, in `zone` (a /19 of 10.250.0.0/16 per `index`, 1 to 7). */
+export async function addSubnet(cloud: Ec2Cloud, zone: string, index: number): Promise<string> {
+  const subnet = await cloud.ec2.send(
+    new CreateSubnetCommand({
+      VpcId: cloud.vpcId,
+      CidrBlock: `10.250.${index * 32}.0/19`,
+      AvailabilityZone: zone,
+    }),
+  );
+  return subnet.Subnet?.SubnetId ?? '';
+}
+
 function fixture<T>(name: string): T {
   return yaml.load(readFileSync(path.join(repoRoot, 'test', 'fixtures', 'gardener-aws', name), 'utf8')) as T;
 }

@@ -30,6 +30,10 @@ export function ec2Event(
 export const spotWarning = (id: string, at?: Date): string =>
   ec2Event('EC2 Spot Instance Interruption Warning', id, { 'instance-action': 'terminate' }, at);
 
+/** EC2's rebalance recommendation: the instance is at elevated risk of interruption. */
+export const rebalanceRecommendation = (id: string, at?: Date): string =>
+  ec2Event('EC2 Instance Rebalance Recommendation', id, {}, at);
+
 /** An instance state change (stopping, stopped, shutting-down, terminated, …). */
 export const stateChange = (id: string, state: string): string =>
   ec2Event('EC2 Instance State-change Notification', id, { state });

@@ -26,6 +26,8 @@ export function nodeFillingDeployment(opts: {
   pool: string;
   replicas: number;
   memory?: string;
+  /** Spread the pods over the nodes' zones (maxSkew 1, ScheduleAnyway). */
+  spreadOverZones?: boolean;
 }): AppsDeployment {
   const requests: Record<string, string> = { cpu: '1500m' };
   if (opts.memory !== undefined) requests.memory = opts.memory;
@@ -41,6 +43,18 @@ export function nodeFillingDeployment(opts: {
         spec: {
           terminationGracePeriodSeconds: 0,
           nodeSelector: { pool: opts.pool },
+          ...(opts.spreadOverZones === true
+            ? {
+                topologySpreadConstraints: [
+                  {
+                    maxSkew: 1,
+                    topologyKey: 'topology.kubernetes.io/zone',
+                    whenUnsatisfiable: 'ScheduleAnyway',
+                    labelSelector: { matchLabels: { app: opts.name } },
+                  },
+                ],
+              }
+            : {}),
           containers: [{ name: 'app', image: 'registry.invalid/app:1', resources: { requests } }],
         },
       },

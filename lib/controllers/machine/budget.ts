@@ -43,8 +43,11 @@ export class ReplacementBudget {
   private readonly locks = new Map<string, Promise<unknown>>();
   /** Machines marked Failed whose new phase the cache may not show yet, per group. */
   private readonly marked = new Map<string, Set<string>>();
-  /** Machines refused by their group's budget and not marked since, by uid: their group's labels. */
-  private readonly waiting = new Map<string, { namespace: string; machine_deployment: string }>();
+  /** Machines refused by their group's budget and not marked since, by uid. */
+  private readonly waiting = new Map<
+    string,
+    { group: string; machine: string; labels: { namespace: string; machine_deployment: string } }
+  >();
 
   constructor(
     private readonly machines: Lister<Machine>,
@@ -66,7 +69,7 @@ export class ReplacementBudget {
           string,
           { labels: { namespace: string; machine_deployment: string }; n: number }
         >();
-        for (const labels of waiting.values()) {
+        for (const { labels } of waiting.values()) {
           const k = `${labels.namespace}/${labels.machine_deployment}`;
           const e = counts.get(k) ?? { labels, n: 0 };
           e.n++;
@@ -85,6 +88,19 @@ export class ReplacementBudget {
   /** How many machines wait for their group's budget now. */
   waitingCount(): number {
     return this.waiting.size;
+  }
+
+  /**
+   * The machines (keys `namespace/name`) that wait for the budget of `m`'s group: when `m` leaves
+   * replacement (Running again, or gone) one of them may go on, and is looked at at once.
+   */
+  waitersBeside(m: CachedMachine): string[] {
+    if (this.waiting.size === 0) return [];
+    const group = this.groupOf(m)?.key;
+    if (group === undefined) return [];
+    const out: string[] = [];
+    for (const w of this.waiting.values()) if (w.group === group) out.push(w.machine);
+    return out;
   }
 
   /** The group of a machine: its deployment, else its set; undefined for a standalone machine. */
@@ -132,8 +148,9 @@ export class ReplacementBudget {
       const busy = others.filter((x) => inReplacement(x, now)).length + pending;
       if (busy >= fresh.budget) {
         this.waiting.set(m.metadata.uid ?? '', {
-          namespace: fresh.namespace,
-          machine_deployment: fresh.name,
+          group: fresh.key,
+          machine: `${m.metadata.namespace ?? ''}/${m.metadata.name ?? ''}`,
+          labels: { namespace: fresh.namespace, machine_deployment: fresh.name },
         });
         return { allowed: false, inReplacement: busy, budget: fresh.budget };
       }

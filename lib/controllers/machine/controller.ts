@@ -20,7 +20,7 @@ import {
 import { phaseOf, vmFailureOf } from '../machines.js';
 import { addFinalizer } from '../ownership.js';
 import { deleteBootstrapToken, needsBootstrapToken } from './bootstrap.js';
-import { ReplacementBudget } from './budget.js';
+import { ReplacementBudget, inReplacement } from './budget.js';
 import { needsCreation, runCreationFlow } from './create.js';
 import { runDeletionFlow } from './deletion.js';
 import { MachineEventReason, type MachineDeps } from './deps.js';
@@ -206,6 +206,10 @@ export class MachineController {
     this.controller.enqueue(objectKey(m));
   }
 
+  private enqueueWaitersBeside(m: CachedMachine): void {
+    for (const key of this.deps.budget.waitersBeside(m)) this.controller.enqueue(key);
+  }
+
   /** Machines backed by a node: by their `node` label, or the node's machine-name label. */
   private machinesOfNode(node: CachedNode): CachedMachine[] {
     const name = node.metadata.name ?? '';
@@ -226,10 +230,16 @@ export class MachineController {
       },
       onUpdate: (old, m) => {
         if (old === m || machineChanged(old, m)) this.enqueue(m);
+        // A machine that leaves replacement frees its group's budget for one that waits.
+        if (old !== m) {
+          const now = this.deps.clock.now();
+          if (inReplacement(old, now) && !inReplacement(m, now)) this.enqueueWaitersBeside(m);
+        }
       },
       onDelete: (m) => {
         // Whatever was in memory for it goes with it (a finalizer removed by hand included).
         this.forgetMachine(objectKey(m), m.metadata.uid);
+        this.enqueueWaitersBeside(m);
       },
     });
     nodes?.addHandler({
