@@ -136,6 +136,20 @@ describe('fault suite analysis', () => {
     expect(l.deletions[0]?.why).to.contain('replaced (2 Running machines stay for 2 replicas)');
   });
 
+  it('counts other replaced machines still Running as cover (they serve), but never the one going', () => {
+    const replacing = { annotations: { 'machine.mcm-ts.io/replacing': 'rebalance-recommended' } };
+    // 3 replicas, maxSurge 2: a and b replaced at once, c stays; d is up, e still boots.
+    const ok = new Timeline().deployment(3, 'v1', 2).machine('a').machine('b').machine('c');
+    ok.machine('a', 'Running', 'v1', replacing).machine('b', 'Running', 'v1', replacing);
+    ok.machine('d').machine('e', 'Pending').deleting('a');
+    expect(run(ok).wronglyDeleted, 'b, c and d Running cover 3 replicas').to.deep.equal([]);
+    // Both go while only d is up: availability would drop to 2.
+    const bad = new Timeline().deployment(3, 'v1', 2).machine('a').machine('b').machine('c');
+    bad.machine('a', 'Running', 'v1', replacing).machine('b', 'Running', 'v1', replacing);
+    bad.machine('d').machine('e', 'Pending').deleting('a').deleting('b');
+    expect(run(bad).wronglyDeleted.map((d) => d.machine)).to.deep.equal(['b']);
+  });
+
   it('an interrupted machine is neither counted beyond the limit nor wrongly deleted, even before its replacement is there', () => {
     const interrupted = { annotations: { 'machine.mcm-ts.io/replacing': 'interrupted' } };
     const t = new Timeline().deployment(3, 'v1', 0).machine('a').machine('b').machine('c');

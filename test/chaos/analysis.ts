@@ -314,12 +314,14 @@ function judgeDeletion(
     };
   }
   if (meta(prev).annotations?.[REPLACING] !== undefined) {
-    // Expiry: the replaced machine may go once the machines that stay cover the replicas, Running
-    // ones for a machine that was Running itself.
+    // Replaced (expiry, rebalance): the machine may go once the other machines cover the replicas,
+    // Running ones for a machine that was Running itself: availability never drops below the
+    // replicas. Other replaced machines still there count (they still serve), as they do for the
+    // MachineSet; each of them goes only by the same rule, so none is counted twice.
     const wasRunning = phase(prev) === 'Running';
     let staying = 0;
     for (const [k, m] of machines) {
-      if (k === key || !ours(m) || isDeleting(m) || meta(m).annotations?.[REPLACING] !== undefined) continue;
+      if (k === key || !ours(m) || isDeleting(m)) continue;
       if (!wasRunning || phase(m) === 'Running') staying++;
     }
     return staying >= replicas
