@@ -1,7 +1,11 @@
 // The AWS interruption queue end to end: EventBridge-shaped events sent to an SQS queue of the
 // emulator (moto serves EC2 and SQS on one port), read by the whole manager against a real
 // kube-apiserver, with kube-scheduler, kube-controller-manager (Deployments, PodDisruptionBudgets)
-// and kwok playing the kubelets of the emulated instances.
+// and kwok playing the kubelets of the emulated instances. The manager is configured by its flags
+// (parsed as the command line does) and builds its providers itself (defaultProviders), so the
+// queue is read by the wiring users get.
+
+import { isDeepStrictEqual } from 'node:util';
 
 import { expect } from 'chai';
 
@@ -14,19 +18,11 @@ import {
 } from '@aws-sdk/client-sqs';
 
 import { MachineResource, type Machine } from '../../lib/api/types.js';
-import type { ManagerConfig } from '../../lib/config.js';
-import { ProviderRegistry } from '../../lib/driver/registry.js';
+import { defaultConfig, parseArgs, type ManagerConfig } from '../../lib/config.js';
 import { CoreResources } from '../../lib/kube/resources.js';
 import type { CoreEvent, Node, Pod, PodDisruptionBudget } from '../../lib/kube/types.js';
-import { awsInterruptionOptions } from '../../lib/manager.js';
-import { AWS_PROVIDER, AWS_PROVIDER_ID_PREFIX, awsProvider } from '../../lib/providers/aws/index.js';
 import type { PollerHooks } from '../../lib/providers/aws/interruption/poller.js';
 import type { QueueMessage } from '../../lib/providers/aws/interruption/queue.js';
-import {
-  VIRTUAL_PROVIDER,
-  VIRTUAL_PROVIDER_ID_PREFIX,
-  virtualProvider,
-} from '../../lib/providers/virtual/index.js';
 import { Ec2KubeletSimulator } from '../harness/ec2kubelet.js';
 import { Ec2FaultProxy } from '../harness/ec2proxy.js';
 import { spotWarning, stateChange } from '../harness/eventbridge.js';
@@ -125,24 +121,30 @@ describe('AWS interruption queue (real kube-apiserver, kube-scheduler, kube-cont
     ].map((k) => [k, process.env[k]]),
   );
 
-  /** The manager's configuration: the queue, and the defaults of everything else. */
-  const managerConfig = (): Partial<ManagerConfig> => ({ awsInterruptionQueue: queueUrl });
+  /** The manager's command line: the queue, everything else at its default. */
+  const managerFlags = (): string[] => [`--aws-interruption-queue=${queueUrl}`];
 
-  /** The manager as production builds it, its queue reader's seams forwarded to testHooks. */
+  /** What a command line sets, as the manager's parser reads it: the settings that differ from the defaults. */
+  function settingsOf(argv: string[]): Partial<ManagerConfig> {
+    const parsed = parseArgs(argv);
+    if (parsed === 'help') throw new Error(`${argv.join(' ')}: help asked for`);
+    const defaults: Record<string, unknown> = { ...defaultConfig };
+    return Object.fromEntries(Object.entries(parsed).filter(([k, v]) => !isDeepStrictEqual(v, defaults[k])));
+  }
+
+  /**
+   * The manager as users run it: its flags over the environment's settings (namespace, no leader
+   * election, ports), and the providers it builds itself (defaultProviders: the AWS provider with
+   * the queue of --aws-interruption-queue), the queue reader's two seams forwarded to testHooks.
+   */
   async function startManager(): Promise<void> {
-    const config = env.config(managerConfig());
-    const interruption = awsInterruptionOptions(config);
-    if (interruption === undefined) throw new Error('no interruption queue configured');
+    const settings = settingsOf(managerFlags());
+    expect(settings, 'the flags set the queue').to.deep.equal({ awsInterruptionQueue: queueUrl });
     const hooks: PollerHooks = {
       received: (m, signal) => testHooks.received?.(m, signal) ?? Promise.resolve(),
       beforeDelete: (m, signal) => testHooks.beforeDelete?.(m, signal) ?? Promise.resolve(),
     };
-    const providers = new ProviderRegistry()
-      .register(VIRTUAL_PROVIDER, virtualProvider(), { providerIDPrefix: VIRTUAL_PROVIDER_ID_PREFIX })
-      .register(AWS_PROVIDER, awsProvider({ interruption: { ...interruption, hooks } }), {
-        providerIDPrefix: AWS_PROVIDER_ID_PREFIX,
-      });
-    await env.startManager(managerConfig(), { providers });
+    await env.startManager(settings, { providerSeams: { awsInterruptionHooks: hooks } });
   }
 
   before(async () => {
