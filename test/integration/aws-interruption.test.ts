@@ -559,8 +559,14 @@ describe('AWS interruption queue (real kube-apiserver, kube-scheduler, kube-cont
     await send(warning);
     await send(warning);
     await replaced(app, victimName, 2, 120_000);
-    // The unknown instance's message is deleted at its last delivery, two retries after the first.
+    // The unknown instance's message is deleted at its last delivery, two retries after the first,
+    // and counted once its DeleteMessage has been answered (the queue may read empty just before).
     await until('every message deleted', queueEmpty, 60_000);
+    await until(
+      'the unknown instance’s message counted',
+      async () => (await counted('spot-interruption', 'unknown-instance')) > before.unknown,
+      10_000,
+    );
     await log.close();
 
     expect((await counted('malformed', 'malformed')) - before.malformed, 'malformed').to.equal(2);
@@ -631,6 +637,11 @@ describe('AWS interruption queue (real kube-apiserver, kube-scheduler, kube-cont
     }
     await replaced(app, victimName, 1, 120_000);
     await until('the message deleted', queueEmpty, 30_000);
+    await until(
+      'the message counted acted',
+      async () => (await counted('spot-interruption', 'acted')) > before.acted,
+      10_000,
+    );
     await log.close();
     console.log(
       `      acted on at delivery ${deliveries.length}, replaced ${((Date.now() - sentAt) / 1000).toFixed(1)} s after the warning`,
