@@ -35,20 +35,30 @@ import {
   type AwsInterruptionOptions,
 } from './providers/aws/index.js';
 import type { InstanceHealthSettings } from './providers/aws/health/poller.js';
+import type { PollerHooks } from './providers/aws/interruption/poller.js';
 import { VIRTUAL_PROVIDER, VIRTUAL_PROVIDER_ID_PREFIX, virtualProvider } from './providers/virtual/index.js';
+
+/** Test seams of the providers defaultProviders builds; production leaves them unset. */
+export interface ProviderSeams {
+  /** Called by the AWS interruption queue's reader at its two seams (see PollerHooks). */
+  awsInterruptionHooks?: PollerHooks | undefined;
+}
 
 /**
  * The providers this build serves: the built-in virtual (simulated) cloud and AWS EC2 (with the
  * interruption queue of the configuration, when it names one, its unavailable-offering TTL and
  * its instance status poll).
  */
-export function defaultProviders(config?: ManagerConfig): ProviderRegistry {
+export function defaultProviders(config?: ManagerConfig, seams: ProviderSeams = {}): ProviderRegistry {
+  const interruption = awsInterruptionOptions(config);
+  const hooks = seams.awsInterruptionHooks;
   return new ProviderRegistry()
     .register(VIRTUAL_PROVIDER, virtualProvider(), { providerIDPrefix: VIRTUAL_PROVIDER_ID_PREFIX })
     .register(
       AWS_PROVIDER,
       awsProvider({
-        interruption: awsInterruptionOptions(config),
+        interruption:
+          interruption === undefined || hooks === undefined ? interruption : { ...interruption, hooks },
         health: awsHealthSettings(config),
         ...(config === undefined
           ? {}
@@ -120,8 +130,13 @@ export interface ManagerDeps {
    * conditions (a lagging watch); production leaves it unset.
    */
   wrapInformerClient?: (client: KubeApi) => KubeApi;
-  /** The providers (drivers) served; defaults to the built-in virtual provider. */
+  /** The providers (drivers) served; defaults to the built-in ones (defaultProviders). */
   providers?: ProviderRegistry;
+  /**
+   * Test seams of the built-in providers (used when `providers` is unset): tests hold a message of
+   * the AWS interruption queue at a point where a restart matters; production leaves it unset.
+   */
+  providerSeams?: ProviderSeams;
 }
 
 interface Runnable {
@@ -224,7 +239,7 @@ export class Manager {
       userAgent: `${deps.userAgent ?? 'machine-controller-manager-ts'}/leader-election`,
       logger: this.log,
     });
-    this.providers = deps.providers ?? defaultProviders(config);
+    this.providers = deps.providers ?? defaultProviders(config, deps.providerSeams);
     const cloudClient = (kubeConfig: KubeConfigSource, side: string): KubeClient => {
       const c = new KubeClient({
         kubeConfig,

@@ -22,6 +22,11 @@ export interface Ec2FaultRule {
   delayMs?: number;
   /** Rewrite the emulator's successful (2xx) XML answer before it goes back (e.g. impairedStatus). */
   rewrite?: (xml: string, params: URLSearchParams) => string;
+  /**
+   * Forward, let the emulator execute the call, then hold its answer until this settles (it is
+   * given the answer): the caller learns late what the cloud has done already.
+   */
+  hold?: (xml: string, params: URLSearchParams) => Promise<void>;
 }
 
 /** The top-level `<item>` elements of a `<set>` in an EC2 XML answer, and where the set's inside is. */
@@ -303,6 +308,10 @@ export class Ec2FaultProxy {
             req.socket.destroy();
             return;
           }
+          const held = rule?.hold?.(Buffer.concat(out).toString('utf8'), params) ?? Promise.resolve();
+          void held.catch(() => undefined).then(answer);
+        });
+        const answer = (): void => {
           const headers = { ...upRes.headers };
           delete headers['transfer-encoding'];
           let data: Buffer = raw;
@@ -315,7 +324,7 @@ export class Ec2FaultProxy {
             data = Buffer.from(rule.rewrite(data.toString('utf8'), params));
           res.writeHead(upRes.statusCode ?? 502, { ...headers, 'content-length': data.length });
           res.end(data);
-        });
+        };
       },
     );
     up.on('error', (err) => {

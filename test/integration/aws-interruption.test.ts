@@ -1,7 +1,11 @@
 // The AWS interruption queue end to end: EventBridge-shaped events sent to an SQS queue of the
 // emulator (moto serves EC2 and SQS on one port), read by the whole manager against a real
 // kube-apiserver, with kube-scheduler, kube-controller-manager (Deployments, PodDisruptionBudgets)
-// and kwok playing the kubelets of the emulated instances.
+// and kwok playing the kubelets of the emulated instances. The manager is configured by its flags
+// (parsed as the command line does) and builds its providers itself (defaultProviders), so the
+// queue is read by the wiring users get.
+
+import { isDeepStrictEqual } from 'node:util';
 
 import { expect } from 'chai';
 
@@ -14,19 +18,15 @@ import {
 } from '@aws-sdk/client-sqs';
 
 import { MachineResource, type Machine } from '../../lib/api/types.js';
-import type { ManagerConfig } from '../../lib/config.js';
-import { ProviderRegistry } from '../../lib/driver/registry.js';
+import { defaultConfig, parseArgs, type ManagerConfig } from '../../lib/config.js';
 import { CoreResources } from '../../lib/kube/resources.js';
 import type { CoreEvent, Node, Pod, PodDisruptionBudget } from '../../lib/kube/types.js';
-import { awsInterruptionOptions } from '../../lib/manager.js';
-import { AWS_PROVIDER, AWS_PROVIDER_ID_PREFIX, awsProvider } from '../../lib/providers/aws/index.js';
-import type { PollerHooks } from '../../lib/providers/aws/interruption/poller.js';
-import type { QueueMessage } from '../../lib/providers/aws/interruption/queue.js';
 import {
-  VIRTUAL_PROVIDER,
-  VIRTUAL_PROVIDER_ID_PREFIX,
-  virtualProvider,
-} from '../../lib/providers/virtual/index.js';
+  UNKNOWN_DELIVERIES,
+  UNKNOWN_RETRY_SECONDS,
+  type PollerHooks,
+} from '../../lib/providers/aws/interruption/poller.js';
+import { VISIBILITY_SECONDS, type QueueMessage } from '../../lib/providers/aws/interruption/queue.js';
 import { Ec2KubeletSimulator } from '../harness/ec2kubelet.js';
 import { Ec2FaultProxy } from '../harness/ec2proxy.js';
 import { spotWarning, stateChange } from '../harness/eventbridge.js';
@@ -125,24 +125,30 @@ describe('AWS interruption queue (real kube-apiserver, kube-scheduler, kube-cont
     ].map((k) => [k, process.env[k]]),
   );
 
-  /** The manager's configuration: the queue, and the defaults of everything else. */
-  const managerConfig = (): Partial<ManagerConfig> => ({ awsInterruptionQueue: queueUrl });
+  /** The manager's command line: the queue, everything else at its default. */
+  const managerFlags = (): string[] => [`--aws-interruption-queue=${queueUrl}`];
 
-  /** The manager as production builds it, its queue reader's seams forwarded to testHooks. */
+  /** What a command line sets, as the manager's parser reads it: the settings that differ from the defaults. */
+  function settingsOf(argv: string[]): Partial<ManagerConfig> {
+    const parsed = parseArgs(argv);
+    if (parsed === 'help') throw new Error(`${argv.join(' ')}: help asked for`);
+    const defaults: Record<string, unknown> = { ...defaultConfig };
+    return Object.fromEntries(Object.entries(parsed).filter(([k, v]) => !isDeepStrictEqual(v, defaults[k])));
+  }
+
+  /**
+   * The manager as users run it: its flags over the environment's settings (namespace, no leader
+   * election, ports), and the providers it builds itself (defaultProviders: the AWS provider with
+   * the queue of --aws-interruption-queue), the queue reader's two seams forwarded to testHooks.
+   */
   async function startManager(): Promise<void> {
-    const config = env.config(managerConfig());
-    const interruption = awsInterruptionOptions(config);
-    if (interruption === undefined) throw new Error('no interruption queue configured');
+    const settings = settingsOf(managerFlags());
+    expect(settings, 'the flags set the queue').to.deep.equal({ awsInterruptionQueue: queueUrl });
     const hooks: PollerHooks = {
       received: (m, signal) => testHooks.received?.(m, signal) ?? Promise.resolve(),
       beforeDelete: (m, signal) => testHooks.beforeDelete?.(m, signal) ?? Promise.resolve(),
     };
-    const providers = new ProviderRegistry()
-      .register(VIRTUAL_PROVIDER, virtualProvider(), { providerIDPrefix: VIRTUAL_PROVIDER_ID_PREFIX })
-      .register(AWS_PROVIDER, awsProvider({ interruption: { ...interruption, hooks } }), {
-        providerIDPrefix: AWS_PROVIDER_ID_PREFIX,
-      });
-    await env.startManager(managerConfig(), { providers });
+    await env.startManager(settings, { providerSeams: { awsInterruptionHooks: hooks } });
   }
 
   before(async () => {
@@ -220,6 +226,29 @@ describe('AWS interruption queue (real kube-apiserver, kube-scheduler, kube-cont
   async function counted(kind: string, outcome: string): Promise<number> {
     const m = await env.manager?.registry.getSingleMetric('mcm_aws_interruption_messages_total')?.get();
     return m?.values.find((v) => v.labels.kind === kind && v.labels.outcome === outcome)?.value ?? 0;
+  }
+
+  /** The deliveries of the messages about an instance, as the reader receives them (from now on). */
+  function deliveriesOf(instanceId: string): { receiveCount: number; at: number }[] {
+    const deliveries: { receiveCount: number; at: number }[] = [];
+    testHooks.received = (m) => {
+      if (m.body.includes(instanceId)) deliveries.push({ receiveCount: m.receiveCount, at: Date.now() });
+      return Promise.resolve();
+    };
+    return deliveries;
+  }
+
+  /** Each redelivery came after the retry's 10 s, sooner than the visibility timeout (20 s) would bring it. */
+  function expectSoonerThanVisibility(deliveries: { at: number }[]): void {
+    for (let i = 1; i < deliveries.length; i++) {
+      const gap = (deliveries[i]?.at ?? 0) - (deliveries[i - 1]?.at ?? 0);
+      expect(gap, `delivery ${i + 1}, after the retry's delay`).to.be.at.least(
+        UNKNOWN_RETRY_SECONDS * 1000 - 1000,
+      );
+      expect(gap, `delivery ${i + 1}, sooner than the visibility timeout`).to.be.below(
+        VISIBILITY_SECONDS * 1000,
+      );
+    }
   }
 
   /** A deployment of spot machines of the sample class whose nodes carry pool=<name>. */
@@ -496,7 +525,7 @@ describe('AWS interruption queue (real kube-apiserver, kube-scheduler, kube-cont
     await env.scale(app, 0);
   });
 
-  it('malformed, unknown-instance and duplicate messages: each deleted and counted, one replacement for the two copies of a warning, and the reader goes on', async () => {
+  it('malformed, unknown-instance and duplicate messages: each deleted and counted, the unknown instance’s after its last delivery (retried in between, sooner than the visibility timeout), one replacement for the two copies of a warning, and the reader goes on', async () => {
     const app = 'dups';
     await spotDeployment(app, 2);
     const machines = await until('2 Running spot machines', () => runningFleet(app, 2), 120_000);
@@ -508,9 +537,12 @@ describe('AWS interruption queue (real kube-apiserver, kube-scheduler, kube-cont
     const before = {
       malformed: await counted('malformed', 'malformed'),
       unknown: await counted('spot-interruption', 'unknown-instance'),
+      retried: await counted('spot-interruption', 'retried'),
       acted: await counted('spot-interruption', 'acted'),
       duplicate: await counted('spot-interruption', 'duplicate'),
     };
+    const unknownId = 'i-00000000deadbeef0';
+    const deliveries = deliveriesOf(unknownId);
 
     await send('this is not an event');
     await send(
@@ -522,23 +554,115 @@ describe('AWS interruption queue (real kube-apiserver, kube-scheduler, kube-cont
         detail: {},
       }),
     );
-    await send(spotWarning('i-00000000deadbeef0'));
+    await send(spotWarning(unknownId));
     const warning = spotWarning(instanceIdOf(victim.spec?.providerID ?? ''));
     await send(warning);
     await send(warning);
     await replaced(app, victimName, 2, 120_000);
-    await until('every message deleted', queueEmpty, 30_000);
+    // The unknown instance's message is deleted at its last delivery, two retries after the first,
+    // and counted once its DeleteMessage has been answered (the queue may read empty just before).
+    await until('every message deleted', queueEmpty, 60_000);
+    await until(
+      'the unknown instance’s message counted',
+      async () => (await counted('spot-interruption', 'unknown-instance')) > before.unknown,
+      10_000,
+    );
     await log.close();
 
     expect((await counted('malformed', 'malformed')) - before.malformed, 'malformed').to.equal(2);
     expect(
       (await counted('spot-interruption', 'unknown-instance')) - before.unknown,
-      'unknown instance',
+      'unknown instance, counted once',
     ).to.equal(1);
+    expect(
+      (await counted('spot-interruption', 'retried')) - before.retried,
+      'the deliveries of the unknown instance’s message before its last',
+    ).to.equal(UNKNOWN_DELIVERIES - 1);
+    expect(
+      deliveries.map((d) => d.receiveCount),
+      'delivered 3 times, then deleted',
+    ).to.deep.equal([1, 2, 3]);
+    expectSoonerThanVisibility(deliveries);
     expect((await counted('spot-interruption', 'acted')) - before.acted, 'acted').to.equal(1);
     expect((await counted('spot-interruption', 'duplicate')) - before.duplicate, 'duplicate').to.equal(1);
     expect([...log.created], 'one replacement for both copies').to.have.length(1);
     expect((await eventsOf(victimName)).filter((e) => e.reason === 'SpotInterruption')).to.have.length(1);
+    await env.scale(app, 0);
+  });
+
+  it('a Spot warning that arrives before its new instance’s machine has recorded it: the first delivery finds no machine and comes back 10 s later instead of being deleted, the next acts on it (one replacement)', async () => {
+    const app = 'early';
+    const log = new MachineLog();
+    await log.start(env, app);
+    const before = {
+      retried: await counted('spot-interruption', 'retried'),
+      acted: await counted('spot-interruption', 'acted'),
+      unknown: await counted('spot-interruption', 'unknown-instance'),
+    };
+    // EC2 starts the machine's instance at once, but the manager learns it only once the warning
+    // has been received: RunInstances is executed, its answer held until then.
+    let release: () => void = () => undefined;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    let launched: string | undefined;
+    proxy.rule({
+      action: 'RunInstances',
+      times: 1,
+      match: (params) => [...params.values()].some((v) => v.startsWith(`${app}-`)),
+      hold: (xml) => {
+        launched = /<instanceId>([^<]+)<\/instanceId>/.exec(xml)?.[1];
+        return released;
+      },
+    });
+    let victimName = '';
+    let deliveries: { receiveCount: number; at: number }[];
+    const sentAt = Date.now();
+    try {
+      await spotDeployment(app, 1);
+      const id = await until('the instance started, its RunInstances answer held', () => launched, 60_000);
+      deliveries = deliveriesOf(id);
+      await send(spotWarning(id, new Date()));
+      await until(
+        'the warning retried',
+        async () => (await counted('spot-interruption', 'retried')) > before.retried,
+        30_000,
+      );
+      const machines = await env.machines(app);
+      expect(machines, 'one machine').to.have.length(1);
+      victimName = machines[0]?.metadata.name ?? '';
+      expect(machines[0]?.spec?.providerID ?? '', 'its instance not recorded yet').to.equal('');
+      expect(await queued(), 'the message not deleted').to.deep.equal({ visible: 0, inFlight: 1 });
+    } finally {
+      release();
+      proxy.clearRules();
+    }
+    await replaced(app, victimName, 1, 120_000);
+    await until('the message deleted', queueEmpty, 30_000);
+    await until(
+      'the message counted acted',
+      async () => (await counted('spot-interruption', 'acted')) > before.acted,
+      10_000,
+    );
+    await log.close();
+    console.log(
+      `      acted on at delivery ${deliveries.length}, replaced ${((Date.now() - sentAt) / 1000).toFixed(1)} s after the warning`,
+    );
+
+    expect(
+      deliveries.map((d) => d.receiveCount),
+      'unknown at the first delivery, acted on at the second',
+    ).to.deep.equal([1, 2]);
+    expectSoonerThanVisibility(deliveries);
+    expect((await counted('spot-interruption', 'retried')) - before.retried, 'retried once').to.equal(1);
+    expect((await counted('spot-interruption', 'acted')) - before.acted, 'acted on').to.equal(1);
+    expect(
+      (await counted('spot-interruption', 'unknown-instance')) - before.unknown,
+      'never counted unknown',
+    ).to.equal(0);
+    expect((await eventsOf(victimName)).map((e) => e.reason)).to.include('SpotInterruption');
+    expect(
+      [...log.created].filter((n) => n !== victimName),
+      'one replacement',
+    ).to.have.length(1);
     await env.scale(app, 0);
   });
 
@@ -648,7 +772,8 @@ describe('AWS interruption queue (real kube-apiserver, kube-scheduler, kube-cont
     await until('the message deleted', queueEmpty, 60_000);
     await log.close();
     expect([...log.created], 'one replacement').to.have.length(1);
-    // Back after the visibility timeout, it finds the machine being deleted (a duplicate) or gone.
+    // Back after the visibility timeout, it finds the machine being deleted (a duplicate) or gone
+    // (unknown-instance, at its last delivery).
     const dropped =
       (await counted('spot-interruption', 'duplicate')) +
       (await counted('spot-interruption', 'unknown-instance'));

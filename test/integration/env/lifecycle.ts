@@ -67,7 +67,7 @@ export class LifecycleEnv {
   /** deps.registry: default a registry without the Node.js process metrics. */
   async startManager(
     overrides: Partial<ManagerConfig> = {},
-    deps: Pick<ManagerDeps, 'wrapInformerClient' | 'registry' | 'providers'> &
+    deps: Pick<ManagerDeps, 'wrapInformerClient' | 'registry' | 'providers' | 'providerSeams'> &
       Partial<Pick<ManagerDeps, 'logger'>> = {},
   ): Promise<Manager> {
     const manager = new Manager(this.config(overrides), {

@@ -5,6 +5,14 @@
 // once that is recorded, or when there is nothing to record (malformed, another event, an instance
 // no machine has, a repeat): a message whose handling failed, or whose reader stopped first, comes
 // back after the visibility timeout, and the record on the machine makes a repeat a no-op.
+//
+// "No machine has the instance" is not final at once: a machine records its providerID only once
+// CreateMachine has returned (after RunInstances and the wait for DescribeInstances to show the
+// instance), and the cache shows it a moment later, so an event about a brand-new instance can
+// arrive first. Such a message is left in the queue, to come back after UNKNOWN_RETRY_SECONDS
+// (ChangeMessageVisibility), until its UNKNOWN_DELIVERIES-th delivery, which deletes it. Only
+// while the event is recent: an instance that existed UNKNOWN_RETRY_WINDOW_MS before has long been
+// recorded by its machine, if it has one.
 
 import { Counter, type Registry } from 'prom-client';
 
@@ -13,14 +21,27 @@ import type { Clock } from '../../../kube/clock.js';
 import { linkSignals } from '../../../kube/signals.js';
 import type { Logger } from '../../../observability/logger.js';
 import { parseInterruptionMessage } from './messages.js';
-import { noticesOf, type InterruptionSettings } from './notices.js';
-import type { InterruptionQueue, QueueMessage } from './queue.js';
+import { SPOT_INTERRUPTION_NOTICE_MS, noticesOf, type InterruptionSettings } from './notices.js';
+import { VISIBILITY_SECONDS, type InterruptionQueue, type QueueMessage } from './queue.js';
 
 /** How long the handling of one message may take (its writes carry this deadline). */
 const HANDLE_TIMEOUT_MS = 15_000;
 /** Pauses after failed receives: doubled from the first up to the last. */
 const RECEIVE_BACKOFF_MS = 1_000;
 const RECEIVE_BACKOFF_MAX_MS = 60_000;
+
+/** Deliveries of a message about an instance no machine has, the last of which deletes it. */
+export const UNKNOWN_DELIVERIES = 3;
+/**
+ * How soon such a message comes back: sooner than the visibility timeout (VISIBILITY_SECONDS), since
+ * a Spot warning gives two minutes, and long enough for a launch's machine to record its instance.
+ */
+export const UNKNOWN_RETRY_SECONDS = 10;
+/**
+ * Such a message is retried only while its event is younger than this: the launch race is over by
+ * then, and a Spot warning's instance is gone (its state change, not the warning, then matters).
+ */
+export const UNKNOWN_RETRY_WINDOW_MS = SPOT_INTERRUPTION_NOTICE_MS;
 
 /** What became of a message (the outcome label). */
 export const MessageOutcome = {
@@ -29,6 +50,8 @@ export const MessageOutcome = {
   Duplicate: 'duplicate',
   Ignored: 'ignored',
   UnknownInstance: 'unknown-instance',
+  /** About an instance no machine has yet: left for another delivery (not the last). */
+  Retried: 'retried',
   Malformed: 'malformed',
   Failed: 'failed',
 } as const;
@@ -45,13 +68,13 @@ export class InterruptionMetrics {
   private constructor(registry: Registry) {
     this.messages = new Counter({
       name: 'mcm_aws_interruption_messages_total',
-      help: 'Messages of the AWS interruption queue (--aws-interruption-queue), by kind (spot-interruption, rebalance-recommendation, instance-stopped, instance-terminated, scheduled-change, other, malformed) and outcome: received (each delivery), then acted, duplicate, ignored, unknown-instance or malformed (deleted), or failed (left for a retry).',
+      help: `Messages of the AWS interruption queue (--aws-interruption-queue), by kind (spot-interruption, rebalance-recommendation, instance-stopped, instance-terminated, scheduled-change, other, malformed) and outcome: received (each delivery), then one of acted, duplicate, ignored, unknown-instance or malformed (deleted), retried (about an instance no machine has yet: left to come back in ${UNKNOWN_RETRY_SECONDS} s; an event under ${UNKNOWN_RETRY_WINDOW_MS / 1000} s old gets up to ${UNKNOWN_DELIVERIES} deliveries, the last counted unknown-instance), or failed (left for a retry).`,
       labelNames: ['kind', 'outcome'],
       registers: [registry],
     });
     this.errors = new Counter({
       name: 'mcm_aws_interruption_queue_errors_total',
-      help: 'Failed calls to the AWS interruption queue, by operation (receive, delete).',
+      help: 'Failed calls to the AWS interruption queue, by operation (receive, delete, change-visibility).',
       labelNames: ['operation'],
       registers: [registry],
     });
@@ -73,7 +96,7 @@ export class InterruptionMetrics {
     this.messages.inc({ kind, outcome });
   }
 
-  queueError(operation: 'receive' | 'delete'): void {
+  queueError(operation: 'receive' | 'delete' | 'change-visibility'): void {
     this.errors.inc({ operation });
   }
 }
@@ -115,6 +138,7 @@ export class InterruptionPoller {
   private abort: AbortController | undefined;
   private loop: Promise<void> | undefined;
   private readonly log: Logger;
+  private visibilityWarned = false;
 
   constructor(private readonly opts: InterruptionPollerOptions) {
     this.log = opts.logger.child({ component: 'interruption-queue', queue: opts.queue.url });
@@ -202,6 +226,20 @@ export class InterruptionPoller {
           outcome,
           receiveCount: m.receiveCount,
         };
+        if (
+          outcome === MessageOutcome.UnknownInstance &&
+          m.receiveCount < UNKNOWN_DELIVERIES &&
+          this.opts.clock.now() - msg.time < UNKNOWN_RETRY_WINDOW_MS
+        ) {
+          await this.comeBackSoon(m, signal, log);
+          metrics.message(kind, MessageOutcome.Retried);
+          log.verbose('no machine has the instance of an interruption notice yet; looking again soon', {
+            ...fields,
+            outcome: MessageOutcome.Retried,
+            retryInSeconds: UNKNOWN_RETRY_SECONDS,
+          });
+          return;
+        }
         if (outcome === MessageOutcome.Acted) log.info('acted on an interruption notice', fields);
         else log.verbose('an interruption notice asked for nothing new', fields);
       }
@@ -230,6 +268,26 @@ export class InterruptionPoller {
       );
     } finally {
       linked.dispose();
+    }
+  }
+
+  /** Makes a message come back after UNKNOWN_RETRY_SECONDS; failing that, it does after its visibility timeout. */
+  private async comeBackSoon(m: QueueMessage, signal: AbortSignal, log: Logger): Promise<void> {
+    try {
+      await this.opts.queue.changeVisibility(m.receiptHandle, UNKNOWN_RETRY_SECONDS, signal);
+    } catch (err) {
+      if (signal.aborted) throw err;
+      this.opts.metrics.queueError('change-visibility');
+      const fields = { err, comesBackInSeconds: VISIBILITY_SECONDS };
+      if (this.visibilityWarned) log.verbose('changing the visibility of a message failed', fields);
+      else {
+        // Once: a policy without sqs:ChangeMessageVisibility makes every such message fail so.
+        this.visibilityWarned = true;
+        log.warn(
+          'changing the visibility of a message of the interruption queue failed (does the manager have sqs:ChangeMessageVisibility?); it comes back after the visibility timeout instead',
+          fields,
+        );
+      }
     }
   }
 }

@@ -1,6 +1,6 @@
 // The SQS queue EventBridge delivers interruption events to, behind a small interface (tests pass
-// a fake): long-polled receives and deletes, on @aws-sdk/client-sqs from the bundle of
-// sqs-entry.ts, loaded by the first call.
+// a fake): long-polled receives, deletes and visibility changes, on @aws-sdk/client-sqs from the
+// bundle of sqs-entry.ts, loaded by the first call.
 //
 // The queue is the manager's, not a MachineClass's: its client takes the manager's own AWS
 // identity through the SDK's default chain (IRSA or EKS Pod Identity web identity, environment,
@@ -8,8 +8,9 @@
 // else the SDK's (AWS_REGION). The endpoint is the SDK's as for EC2: AWS_ENDPOINT_URL_SQS or
 // AWS_ENDPOINT_URL (a VPC endpoint, a proxy, an emulator), else the queue URL's host.
 //
-// DeleteMessage is fenced per attempt, as EC2 writes are (client.ts): a process that lost the
-// Lease acknowledges nothing, so the message comes back to the leader.
+// DeleteMessage and ChangeMessageVisibility are fenced per attempt, as EC2 writes are (client.ts):
+// a process that lost the Lease acknowledges nothing and reschedules nothing, so the message comes
+// back to the leader after its visibility timeout.
 
 import type { SQSClient } from '@aws-sdk/client-sqs';
 
@@ -30,6 +31,8 @@ export interface InterruptionQueue {
   /** One long poll: up to 10 messages, or none after the wait. */
   receive(signal: AbortSignal): Promise<QueueMessage[]>;
   delete(receiptHandle: string, signal: AbortSignal): Promise<void>;
+  /** Hands a received message out again `seconds` from now, instead of after its visibility timeout. */
+  changeVisibility(receiptHandle: string, seconds: number, signal: AbortSignal): Promise<void>;
   close(): void;
 }
 
@@ -47,6 +50,12 @@ const REQUEST_TIMEOUT_MS = (WAIT_SECONDS + 15) * 1000;
 const CONNECTION_TIMEOUT_MS = 5_000;
 
 export type SqsSdk = typeof SqsEntry;
+
+/** The commands that change the queue, by the name the fence reports. */
+const FENCED_COMMANDS = new Map([
+  ['DeleteMessageCommand', 'SQS DeleteMessage'],
+  ['ChangeMessageVisibilityCommand', 'SQS ChangeMessageVisibility'],
+]);
 
 const SQS_BUNDLE = new URL('../sdk-bundle/sqs-entry.js', import.meta.url).href;
 const loadSqsBundle = (): Promise<SqsSdk> => import(SQS_BUNDLE) as Promise<SqsSdk>;
@@ -114,7 +123,8 @@ export function sqsInterruptionQueue(url: string, opts: SqsQueueOptions = {}): I
         if (fence !== undefined) {
           client.middlewareStack.add(
             (next, context) => (args) => {
-              if (context.commandName === 'DeleteMessageCommand') fence.check('SQS DeleteMessage');
+              const write = FENCED_COMMANDS.get(context.commandName ?? '');
+              if (write !== undefined) fence.check(write);
               return next(args);
             },
             { step: 'deserialize', priority: 'low', name: 'leaderFenceMiddleware' },
@@ -155,6 +165,17 @@ export function sqsInterruptionQueue(url: string, opts: SqsQueueOptions = {}): I
       await client.send(new sdk.DeleteMessageCommand({ QueueUrl: url, ReceiptHandle: receiptHandle }), {
         abortSignal: signal,
       });
+    },
+    changeVisibility: async (receiptHandle, seconds, signal) => {
+      const { sdk, client } = await get();
+      await client.send(
+        new sdk.ChangeMessageVisibilityCommand({
+          QueueUrl: url,
+          ReceiptHandle: receiptHandle,
+          VisibilityTimeout: seconds,
+        }),
+        { abortSignal: signal },
+      );
     },
     close: () => {
       closed = true;

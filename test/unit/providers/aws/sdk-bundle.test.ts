@@ -284,10 +284,14 @@ describe('aws sdk bundle: the SQS commands the interruption queue sends', () => 
     sdk = (await import(sqsBundleUrl)) as SqsSdk;
   });
 
-  it('exports the client and exactly ReceiveMessage and DeleteMessage', () => {
+  it('exports the client and exactly ReceiveMessage, DeleteMessage and ChangeMessageVisibility', () => {
     expect(typeof sdk.SQSClient).to.equal('function');
     const commands = Object.keys(sdk).filter((k) => k.endsWith('Command'));
-    expect(commands.sort()).to.deep.equal(['DeleteMessageCommand', 'ReceiveMessageCommand']);
+    expect(commands.sort()).to.deep.equal([
+      'ChangeMessageVisibilityCommand',
+      'DeleteMessageCommand',
+      'ReceiveMessageCommand',
+    ]);
   });
 
   it('ReceiveMessage: a JSON request to the queue URL’s host with the long poll’s parameters; the body checked against its MD5', async () => {
@@ -343,6 +347,32 @@ describe('aws sdk bundle: the SQS commands the interruption queue sends', () => 
         (e: unknown) => e,
       );
       expect(String(err)).to.match(/md5|checksum/i);
+    } finally {
+      client.destroy();
+    }
+  });
+
+  it('ChangeMessageVisibility: the queue, the receipt handle and the seconds', async () => {
+    const { handler, requests } = fakeSqs({});
+    const client = new sdk.SQSClient({
+      region: 'eu-west-1',
+      credentials: { accessKeyId: 'AKID', secretAccessKey: 'SECRET' },
+      requestHandler: handler,
+    });
+    try {
+      await client.send(
+        new sdk.ChangeMessageVisibilityCommand({
+          QueueUrl: queueUrl,
+          ReceiptHandle: 'rh-1',
+          VisibilityTimeout: 10,
+        }),
+      );
+      expect(requests[0]?.headers['x-amz-target']).to.equal('AmazonSQS.ChangeMessageVisibility');
+      expect(JSON.parse(bodyText(requests[0]?.body))).to.deep.equal({
+        QueueUrl: queueUrl,
+        ReceiptHandle: 'rh-1',
+        VisibilityTimeout: 10,
+      });
     } finally {
       client.destroy();
     }

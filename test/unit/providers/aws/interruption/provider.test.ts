@@ -50,6 +50,10 @@ class FakeQueue implements InterruptionQueue {
     return Promise.resolve();
   }
 
+  changeVisibility(): Promise<void> {
+    return Promise.resolve();
+  }
+
   close(): void {
     this.closed = true;
   }

@@ -113,6 +113,42 @@ describe('the interruption queue (SQS)', () => {
     }
   });
 
+  it('asks for each message’s receive count (ApproximateReceiveCount), 1 when SQS leaves it out', async () => {
+    const body = '{}';
+    const md5 = createHash('md5').update(body).digest('hex');
+    const { handler, requests } = fakeSqs(() => ({
+      Messages: [{ MessageId: 'm-1', ReceiptHandle: 'rh-1', MD5OfBody: md5, Body: body }],
+    }));
+    const queue = sqsInterruptionQueue(URL, { loadSdk, requestHandler: handler });
+    try {
+      const got = await queue.receive(new AbortController().signal);
+      expect(got[0]?.receiveCount).to.equal(1);
+      const raw = requests[0]?.body as Uint8Array;
+      const sent = JSON.parse(Buffer.from(raw.buffer, raw.byteOffset, raw.byteLength).toString('utf8')) as {
+        MessageSystemAttributeNames?: string[];
+      };
+      expect(sent.MessageSystemAttributeNames).to.deep.equal(['ApproximateReceiveCount']);
+    } finally {
+      queue.close();
+    }
+  });
+
+  it('changes a message’s visibility: ChangeMessageVisibility with its receipt handle and the seconds', async () => {
+    const { handler, requests } = fakeSqs(() => ({}));
+    const queue = sqsInterruptionQueue(URL, { loadSdk, requestHandler: handler });
+    try {
+      await queue.changeVisibility('rh-1', 10, new AbortController().signal);
+      expect(requests[0]?.headers['x-amz-target']).to.equal('AmazonSQS.ChangeMessageVisibility');
+      const raw = requests[0]?.body as Uint8Array;
+      const sent = JSON.parse(
+        Buffer.from(raw.buffer, raw.byteOffset, raw.byteLength).toString('utf8'),
+      ) as object;
+      expect(sent).to.deep.equal({ QueueUrl: URL, ReceiptHandle: 'rh-1', VisibilityTimeout: 10 });
+    } finally {
+      queue.close();
+    }
+  });
+
   it('sends to AWS_ENDPOINT_URL_SQS when it is set, whatever host the queue URL names', async () => {
     const { handler, requests } = fakeSqs(() => ({}));
     process.env.AWS_ENDPOINT_URL_SQS = 'http://127.0.0.1:4566';
@@ -126,7 +162,7 @@ describe('the interruption queue (SQS)', () => {
     }
   });
 
-  it('deletes nothing from a process that does not hold the Lease: the request never leaves', async () => {
+  it('deletes nothing and changes no visibility from a process that does not hold the Lease: the requests never leave', async () => {
     const { handler, requests } = fakeSqs(() => ({}));
     const fence = new LeaseFence(new FakeClock());
     const queue = sqsInterruptionQueue(URL, { loadSdk, requestHandler: handler, fence });
@@ -136,6 +172,11 @@ describe('the interruption queue (SQS)', () => {
         (e: unknown) => e,
       );
       expect(String(err)).to.contain('SQS DeleteMessage: refused');
+      const changeErr = await queue.changeVisibility('rh-1', 10, new AbortController().signal).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(String(changeErr)).to.contain('SQS ChangeMessageVisibility: refused');
       expect(requests).to.deep.equal([]);
       // Receiving is no write: it goes out.
       await queue.receive(new AbortController().signal);
