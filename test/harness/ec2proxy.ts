@@ -308,10 +308,12 @@ export class Ec2FaultProxy {
             req.socket.destroy();
             return;
           }
-          const held = rule?.hold?.(Buffer.concat(out).toString('utf8'), params) ?? Promise.resolve();
-          void held.catch(() => undefined).then(answer);
+          const held = rule?.hold?.(raw.toString('utf8'), params) ?? Promise.resolve();
+          void held.catch(() => undefined).then(() => {
+            answer(raw);
+          });
         });
-        const answer = (): void => {
+        const answer = (raw: Buffer): void => {
           const headers = { ...upRes.headers };
           delete headers['transfer-encoding'];
           let data: Buffer = raw;

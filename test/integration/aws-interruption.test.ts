@@ -68,6 +68,8 @@ class MachineLog {
   /** When each machine was first seen, and first seen being deleted (ms, in watch order). */
   readonly addedAt = new Map<string, number>();
   readonly deletingAt = new Map<string, number>();
+  /** When each machine was first seen Running. */
+  readonly runningAt = new Map<string, number>();
   private stop: (() => Promise<void>) | undefined;
 
   async start(env: LifecycleEnv, app: string): Promise<void> {
@@ -76,6 +78,7 @@ class MachineLog {
       const set = this.phases.get(name) ?? new Set<string>();
       set.add(phaseOf(m));
       this.phases.set(name, set);
+      if (phaseOf(m) === 'Running' && !this.runningAt.has(name)) this.runningAt.set(name, Date.now());
     };
     this.stop = await watchEvents<Machine>(
       env.client,
@@ -380,14 +383,28 @@ describe('AWS interruption queue (real kube-apiserver, kube-scheduler, kube-cont
     const podsOnVictim = (await webPods()).filter((p) => p.spec?.nodeName === victimNode);
     expect(podsOnVictim, 'two pods on the interrupted node').to.have.length(2);
 
-    // The fewest Ready pods of web from the warning on, from a watch (every state the API reports).
+    // The fewest Ready pods of web from the warning on, from a watch (every state the API reports),
+    // and how long each pod created since then waited for a node (first seen to first seen bound).
     const ready = new Map<string, boolean>();
     let fewestReady = Number.POSITIVE_INFINITY;
     const count = (): void => {
       fewestReady = Math.min(fewestReady, [...ready.values()].filter(Boolean).length);
     };
+    const firstSeen = new Map<string, number>();
+    const pendingMs = new Map<string, number>();
+    const before = new Set<string>();
+    let watching = false;
     const note = (p: Pod, deleted = false): void => {
-      ready.set(p.metadata.name ?? '', !deleted && podReady(p));
+      const name = p.metadata.name ?? '';
+      ready.set(name, !deleted && podReady(p));
+      if (!watching) {
+        before.add(name);
+        return;
+      }
+      if (before.has(name)) return;
+      if (!firstSeen.has(name)) firstSeen.set(name, Date.now());
+      if ((p.spec?.nodeName ?? '') !== '' && !pendingMs.has(name))
+        pendingMs.set(name, Date.now() - (firstSeen.get(name) ?? Date.now()));
     };
     const stopPodWatch = await watchEvents<Pod>(
       env.client,
@@ -401,6 +418,7 @@ describe('AWS interruption queue (real kube-apiserver, kube-scheduler, kube-cont
       (items) => {
         for (const p of items) note(p);
         count();
+        watching = true;
       },
     );
     const log = new MachineLog();
@@ -449,6 +467,15 @@ describe('AWS interruption queue (real kube-apiserver, kube-scheduler, kube-cont
       'surge: the replacement created before the interrupted machine’s deletion began',
     ).to.be.at.most(log.deletingAt.get(victimName) ?? 0);
     expect(fewestReady, 'the budget (maxUnavailable 1) held throughout').to.be.at.least(9);
+    // Pods move once, onto a node that is ready for them: the interrupted machine goes (its node
+    // drained) only once its replacement runs, so the evicted pods' successors find room at once.
+    expect(
+      log.runningAt.get(replacement) ?? Infinity,
+      'the replacement Running before the interrupted machine’s deletion began',
+    ).to.be.at.most(log.deletingAt.get(victimName) ?? 0);
+    expect(pendingMs.size, 'the two evicted pods’ successors').to.equal(2);
+    for (const [pod, ms] of pendingMs)
+      expect(ms, `${pod} waited for a node (scheduling only, not a boot)`).to.be.below(5_000);
     expect(
       atDelete,
       'the message deleted once, after replacing and the deadline were on the machine',
