@@ -39,7 +39,7 @@ const KEPT_POD_ANNOTATIONS: readonly string[] = [
 ];
 
 /**
- * What the pod cache keeps of a pod: identity, labels (PodDisruptionBudget selectors), owner kinds
+ * What the pod cache keeps of a pod: identity, creation time (displaced.ts), labels (PodDisruptionBudget selectors), owner kinds
  * (DaemonSet pods are skipped), the mirror and disruption-veto annotations, node, priority, grace period, claims and
  * phase. Everything else is dropped, so a cache of every pod in a large cluster stays small.
  */
@@ -56,6 +56,7 @@ export function trimPod(p: Pod): Pod {
       ...(m.namespace === undefined ? {} : { namespace: m.namespace }),
       ...(m.uid === undefined ? {} : { uid: m.uid }),
       ...(m.resourceVersion === undefined ? {} : { resourceVersion: m.resourceVersion }),
+      ...(m.creationTimestamp === undefined ? {} : { creationTimestamp: m.creationTimestamp }),
       ...(m.labels === undefined ? {} : { labels: m.labels }),
       ...(Object.keys(kept).length === 0 ? {} : { annotations: kept }),
       ...(m.ownerReferences === undefined

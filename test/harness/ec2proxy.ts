@@ -309,9 +309,11 @@ export class Ec2FaultProxy {
             return;
           }
           const held = rule?.hold?.(raw.toString('utf8'), params) ?? Promise.resolve();
-          void held.catch(() => undefined).then(() => {
-            answer(raw);
-          });
+          void held
+            .catch(() => undefined)
+            .then(() => {
+              answer(raw);
+            });
         });
         const answer = (raw: Buffer): void => {
           const headers = { ...upRes.headers };

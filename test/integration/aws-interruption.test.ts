@@ -482,6 +482,15 @@ describe('AWS interruption queue (real kube-apiserver, kube-scheduler, kube-cont
     ).to.have.length(1);
     expect(atDelete[0]?.replacing).to.equal('interrupted');
     expect(Date.parse(atDelete[0]?.deadline ?? '')).to.equal(Math.floor(sentAt / 1000) * 1000 + 90_000);
+    // The manager's own report of how long the displaced pods waited.
+    const rescheduled = await until(
+      'the manager’s report of the displaced pods',
+      async () => (await eventsOf(victimName)).find((e) => e.reason === 'InterruptedPodsRescheduled'),
+      30_000,
+    );
+    expect(rescheduled.message).to.match(
+      /^2 of the 2 pods its node's drain displaced got a node again: Pending/,
+    );
     const events = await eventsOf(victimName);
     expect(events.map((e) => e.reason)).to.include('SpotInterruption');
     expect(

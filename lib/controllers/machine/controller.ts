@@ -2,6 +2,7 @@ import { Annotation, EventSource, Finalizer, Label, MachinePhase } from '../../a
 import { formatGoDuration } from '../../api/duration.js';
 import { MachineResource, type Machine } from '../../api/types.js';
 import { Drainer } from '../../drain/drain.js';
+import { DisplacedPods } from '../../drain/displaced.js';
 import { DrainMetrics } from '../../drain/metrics.js';
 import type { ProviderRegistry } from '../../driver/registry.js';
 import { Controller, type ReconcileContext, type ReconcileResult } from '../../kube/controller.js';
@@ -155,6 +156,10 @@ export class MachineController {
             })
           : undefined,
       drainMetrics: new DrainMetrics(ctx.registry),
+      displaced:
+        ctx.target !== undefined && informers.drain !== undefined
+          ? new DisplacedPods(informers.drain.pods, ctx.clock, ctx.registry)
+          : undefined,
       deletions: new MachineMemory(MEMORY_CAPACITY),
       tokens: new MachineMemory(MEMORY_CAPACITY),
       budget: new ReplacementBudget(

@@ -25,7 +25,9 @@ import {
 import { API_VERSION, MachineResource, type Machine } from '../../api/types.js';
 import { decodeMachineError, formatMachineError, type DecodedMachineError } from '../../driver/codes.js';
 import { describeBlockers, type Drainer } from '../../drain/drain.js';
-import { forceDeadline, forceReason } from '../../drain/pods.js';
+import { PATIENCE_MS } from '../../drain/displaced.js';
+import { POD_NODE_INDEX } from '../../drain/caches.js';
+import { forceDeadline, forceReason, interruptionDeadline, podsToDrain } from '../../drain/pods.js';
 import type { Driver, MachineRequest } from '../../driver/driver.js';
 import { formatGoDuration } from '../../api/duration.js';
 import { RetryPeriod, deleteRetryClass, deletionStatusRetryClass, retryDelay } from '../../driver/retry.js';
@@ -301,6 +303,35 @@ class DeletionPass {
     return this.drainRound(drainer);
   }
 
+  /**
+   * An interrupted machine's drain displaces its pods: from its first round on, their successors
+   * are timed until they are bound (displaced.ts), and an event says how long they waited.
+   */
+  private followDisplacedPods(): void {
+    const d = this.d;
+    const key = objectKey(this.m);
+    const pods = d.informers.drain?.pods;
+    if (d.displaced === undefined || pods === undefined || interruptionDeadline(this.m) === undefined) return;
+    if (d.displaced.tracking(key)) return;
+    const machine = this.m;
+    d.displaced.start(key, podsToDrain(pods.byIndex(POD_NODE_INDEX, this.nodeName)), (r) => {
+      const waits = [...r.pendingMs].sort((a, b) => a - b);
+      const longest = waits[waits.length - 1];
+      const median = waits[Math.floor((waits.length - 1) / 2)];
+      const lost = r.displaced - waits.length;
+      d.recorder.event(
+        machine,
+        lost > 0 ? 'Warning' : 'Normal',
+        MachineEventReason.InterruptedPodsRescheduled,
+        `${waits.length} of the ${r.displaced} pods its node's drain displaced got a node again` +
+          (longest === undefined
+            ? ''
+            : `: Pending ${formatGoDuration(median ?? 0)} (median), ${formatGoDuration(longest)} at most`) +
+          (lost > 0 ? `; ${lost} not within ${formatGoDuration(PATIENCE_MS)}` : ''),
+      );
+    });
+  }
+
   /** One round of the drain; the step is done once no pod (and no volume) is left to wait for. */
   private async drainRound(drainer: Drainer): Promise<StepOutcome> {
     const d = this.d;
@@ -312,6 +343,7 @@ class DeletionPass {
     const startedAt = Number.isNaN(requested) ? now : requested;
     const timeout = drainTimeoutOf(this.m, d.settings);
     const force = forceReason(this.m, now, timeout, d.informers.nodes?.get(undefined, this.nodeName));
+    this.followDisplacedPods();
     const c = this.call();
     const round = await drainer.round({
       id: key,

@@ -1,3 +1,4 @@
+import type { DisplacedPods } from '../../drain/displaced.js';
 import type { Drainer } from '../../drain/drain.js';
 import type { DrainMetrics } from '../../drain/metrics.js';
 import type { ProviderRegistry } from '../../driver/registry.js';
@@ -30,6 +31,8 @@ export interface MachineDeps {
   /** Drains nodes before their VMs go; undefined without a target cluster. */
   drainer: Drainer | undefined;
   drainMetrics: DrainMetrics;
+  /** Times the successors of the pods an interrupted machine's drain displaces; undefined without a target cluster. */
+  displaced: DisplacedPods | undefined;
   /** Deletions this process took past the VM (the cache may not show it yet), by machine UID. */
   deletions: MachineMemory<DeletionMemo>;
   /** The bootstrap token Secret this process made or found for a machine, by machine UID. */
@@ -44,6 +47,7 @@ export const MachineEventReason = {
   ReplacementBudgetExhausted: 'ReplacementBudgetExhausted',
   LaunchFailed: 'LaunchFailed',
   LaunchBackoff: 'LaunchBackoff',
+  InterruptedPodsRescheduled: 'InterruptedPodsRescheduled',
   DeleteFailed: 'DeleteFailed',
   StaleNode: 'StaleNode',
   NodeNotOwned: 'NodeNotOwned',

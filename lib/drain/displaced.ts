@@ -1,0 +1,122 @@
+// How long the pods of an interrupted node waited for a new home. When the drain of a machine whose
+// VM the cloud reclaims starts, the controllers (ReplicaSets, StatefulSets, …) of the pods it
+// displaces are noted; each pod those controllers create from then on is timed from its creation
+// (or the drain's start, when later) until it is bound to a node. Each time goes to the histogram
+// mcm_interruption_pod_pending_seconds, and once as many successors as displaced pods are bound
+// (or after PATIENCE_MS) an event on the machine says how many waited how long. Pods without a
+// controller have no successor and are not counted. Read from the pod cache: no API request.
+
+import { Histogram, type Registry } from 'prom-client';
+
+import type { Clock } from '../kube/clock.js';
+import type { DeepReadonly, Informer } from '../kube/informer.js';
+import type { Pod } from '../kube/types.js';
+
+/** How long successors are waited for before the interruption is reported with what was seen. */
+export const PATIENCE_MS = 10 * 60_000;
+
+type AnyPod = Pod | DeepReadonly<Pod>;
+
+/** The uid of the pod's controller (its ownerReference with controller: true), if any. */
+export function controllerUidOf(p: AnyPod): string | undefined {
+  return p.metadata.ownerReferences?.find((r) => r.controller === true)?.uid;
+}
+
+/** What one interruption's displaced pods came to. */
+export interface DisplacedReport {
+  /** Pods displaced (with a controller). */
+  displaced: number;
+  /** Their successors' waits for a node, ms, in the order they were bound. */
+  pendingMs: number[];
+}
+
+interface Tracking {
+  startedAt: number;
+  /** Successors still expected, by controller uid. */
+  expected: Map<string, number>;
+  displaced: number;
+  pendingMs: number[];
+  /** Successors already timed (by pod uid). */
+  seen: Set<string>;
+  report: (r: DisplacedReport) => void;
+}
+
+export class DisplacedPods {
+  private readonly byMachine = new Map<string, Tracking>();
+  private readonly histogram: Histogram;
+
+  constructor(
+    pods: Informer<Pod>,
+    private readonly clock: Clock,
+    registry: Registry,
+  ) {
+    this.histogram = new Histogram({
+      name: 'mcm_interruption_pod_pending_seconds',
+      help: 'How long each successor of a pod displaced by the drain of an interrupted machine (its VM reclaimed by the cloud) waited to be bound to a node, from its creation (or the drain, when later).',
+      buckets: [1, 2, 5, 10, 30, 60, 120, 300, 600],
+      registers: [registry],
+    });
+    pods.addHandler({
+      onAdd: (p) => {
+        this.observe(p);
+      },
+      onUpdate: (_old, p) => {
+        this.observe(p);
+      },
+    });
+  }
+
+  /** Whether the displaced pods of machine `key` are being followed already. */
+  tracking(key: string): boolean {
+    return this.byMachine.has(key);
+  }
+
+  /**
+   * The drain of machine `key` starts now and displaces `pods`: their successors are timed, and
+   * `report` is called once with what they came to.
+   */
+  start(key: string, pods: readonly AnyPod[], report: (r: DisplacedReport) => void): void {
+    if (this.byMachine.has(key)) return;
+    const expected = new Map<string, number>();
+    let displaced = 0;
+    for (const p of pods) {
+      const uid = controllerUidOf(p);
+      if (uid === undefined) continue;
+      expected.set(uid, (expected.get(uid) ?? 0) + 1);
+      displaced++;
+    }
+    if (displaced === 0) return;
+    const now = this.clock.now();
+    this.byMachine.set(key, { startedAt: now, expected, displaced, pendingMs: [], seen: new Set(), report });
+    this.clock.setTimeout(() => {
+      this.finish(key);
+    }, PATIENCE_MS);
+  }
+
+  private observe(p: DeepReadonly<Pod>): void {
+    if (this.byMachine.size === 0 || (p.spec?.nodeName ?? '') === '') return;
+    const owner = controllerUidOf(p);
+    if (owner === undefined) return;
+    const created = Date.parse(p.metadata.creationTimestamp ?? '');
+    if (Number.isNaN(created)) return;
+    for (const [key, t] of this.byMachine) {
+      const left = t.expected.get(owner) ?? 0;
+      // creationTimestamp has whole seconds: a successor may read up to a second before the drain.
+      if (left === 0 || created < t.startedAt - 1_000 || t.seen.has(p.metadata.uid ?? '')) continue;
+      t.seen.add(p.metadata.uid ?? '');
+      t.expected.set(owner, left - 1);
+      const waited = Math.max(0, this.clock.now() - Math.max(created, t.startedAt));
+      t.pendingMs.push(waited);
+      this.histogram.observe(waited / 1000);
+      if (t.pendingMs.length === t.displaced) this.finish(key);
+      return;
+    }
+  }
+
+  private finish(key: string): void {
+    const t = this.byMachine.get(key);
+    if (t === undefined) return;
+    this.byMachine.delete(key);
+    t.report({ displaced: t.displaced, pendingMs: t.pendingMs });
+  }
+}
