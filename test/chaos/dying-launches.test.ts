@@ -192,8 +192,8 @@ describe(`chaos 10: every launch of a node group dies while pending; launches ba
     // Every instance launched while `dying` holds dies: terminated on the emulator itself (not
     // through the proxy: the manager must not see a termination it asked for), never registered
     // as a node, and EC2's state-change events go on the queue. They are sent once the machine
-    // records the instance, as EventBridge delivers them seconds after the launch; a notice about
-    // an instance no machine names is dropped.
+    // records the instance, as EventBridge delivers them seconds after the launch (an event about
+    // an instance no machine records yet comes back 10 s later: a delay this scenario leaves out).
     let dying = true;
     const launches: Launch[] = [];
     const kills = new Set<Promise<void>>();
