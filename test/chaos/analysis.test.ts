@@ -3,7 +3,7 @@
 
 import { expect } from 'chai';
 
-import { analyze, type AnalysisOptions } from './analysis.js';
+import { analyze, launchRoundsWithin, type AnalysisOptions } from './analysis.js';
 import type { RecordedEvent } from './recorder.js';
 
 /** Builds a timeline write by write, one revision each. */
@@ -274,5 +274,17 @@ describe('fault suite analysis', () => {
     expect(a.vmsCreated).to.equal(1);
     expect(a.vmsDeleted).to.equal(1);
     expect(a.machinesCreated).to.equal(0);
+  });
+
+  it('bounds the launch rounds of a class whose launches all fail by its back-off', () => {
+    // The issue's bound with the defaults (30 s doubling up to 5 min): rounds at 0, 30, 90 and
+    // 210 s in 5 minutes, so at most 4 launches per machine (the issue asks for at most 6).
+    expect(launchRoundsWithin(30_000, 300_000, 300_000)).to.equal(4);
+    expect(launchRoundsWithin(30_000, 300_000, 209_999)).to.equal(3);
+    // Capped: 10, 20, then 30 s apart (0, 10, 30, 60, 90, 120 s).
+    expect(launchRoundsWithin(10_000, 30_000, 120_000)).to.equal(6);
+    expect(launchRoundsWithin(10_000, 30_000, 119_999)).to.equal(5);
+    expect(launchRoundsWithin(10_000, 60_000, 120_000)).to.equal(4);
+    expect(launchRoundsWithin(0, 60_000, 120_000), 'no back-off, no bound').to.equal(Infinity);
   });
 });

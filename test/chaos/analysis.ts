@@ -359,3 +359,23 @@ function judgeDeletion(
   }
   return { chosen: true, why: `scale-down (${currentActive} for ${replicas} replicas)` };
 }
+
+/**
+ * The most launch rounds a machine class can make in `windowMs` when every launch fails, with
+ * the launch back-off (lib/controllers/machine/launches.ts) at base `baseMs` and maximum `maxMs`:
+ * after each round at least one more failure is in a row, and the next round waits at least
+ * min(max, base·2^(failures−1)) from the failure, itself no earlier than the launch. So round k+1
+ * starts no earlier than base·(1 + 2 + … + 2^(k−1)) (each term capped at max) after the first,
+ * and this counts the rounds starting within the window, the first at its start. A machine slot
+ * (one machine the group wants) launches at most once a round: each launch of a machine that the
+ * failure of another did not stop is one more failure. Infinity with no back-off (base 0).
+ */
+export function launchRoundsWithin(baseMs: number, maxMs: number, windowMs: number): number {
+  if (baseMs <= 0) return Infinity;
+  let rounds = 1;
+  for (let start = 0, k = 0; ; k++) {
+    start += Math.min(maxMs, baseMs * 2 ** Math.min(k, 30));
+    if (start > windowMs) return rounds;
+    rounds++;
+  }
+}

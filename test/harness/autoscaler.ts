@@ -347,19 +347,58 @@ export function requireAutoscaler(version: string): void {
   if (reason !== undefined) throw new Error(`cannot run cluster-autoscaler ${version}: ${reason}`);
 }
 
+/** One "Disabling scale-up" line of a cluster-autoscaler log: a back-off of a node group. */
+export interface GroupBackOff {
+  /** The line's time (klogTime), ms since the epoch. */
+  at: number | undefined;
+  /** The end of the back-off the line states, ms since the epoch (undefined: not read). */
+  until: number | undefined;
+  /** The instance error class: OutOfResource, Other (cloudprovider.InstanceErrorClass), or ''. */
+  errorClass: string;
+  /** The error code of the failed scale-up (ours: the machine's lastOperation errorCode). */
+  errorCode: string;
+}
+
+/**
+ * The back-offs a cluster-autoscaler log records for `group`, in log order. The end of a back-off
+ * is a Go time.Time printed in UTC (the harness runs the autoscaler with TZ=UTC), e.g.
+ * `2026-11-28 08:13:04.567890123 +0000 UTC m=+42.1`; `near` is a time the test took while the
+ * process ran (see klogTime).
+ */
+export function backOffsOf(log: string, group: string, near: number): GroupBackOff[] {
+  const marker = `Disabling scale-up for node group ${group} until `;
+  const out: GroupBackOff[] = [];
+  for (const line of log.split('\n')) {
+    const start = line.indexOf(marker);
+    if (start < 0) continue;
+    const rest = line.slice(start + marker.length);
+    const until = /^(\d{4}-\d{2}-\d{2}) (\d{2}:\d{2}:\d{2})(\.\d{1,3})?\d* \+0000 UTC/.exec(rest);
+    out.push({
+      at: klogTime(line, near),
+      until: until === null ? undefined : Date.parse(`${until[1]}T${until[2]}${until[3] ?? ''}Z`),
+      errorClass: /; errorClass=([^;]*)/.exec(rest)?.[1] ?? '',
+      errorCode: /; errorCode=(.*)$/.exec(rest)?.[1]?.trim() ?? '',
+    });
+  }
+  return out;
+}
+
 /**
  * Whether a cluster-autoscaler log says it backed `group` off for lack of resources (errorClass
- * OutOfResource: what our server reports for a ResourceExhausted machine), and whether it says the
- * group's scale-up timed out (max-node-provision-time), which would back it off as well.
+ * OutOfResource: what our server reports for a ResourceExhausted machine) or for another creation
+ * error its instances reported (errorClass Other with the instance's error code: a Failed machine,
+ * or one whose launch is held because its class's launches keep failing), and whether it says the
+ * group's scale-up timed out (max-node-provision-time), which backs it off as well (errorClass
+ * Other, errorCode timeout: not counted as a creation error).
  */
-export function backOffOf(log: string, group: string): { outOfResource: boolean; timedOut: boolean } {
-  const lines = log.split('\n');
+export function backOffOf(
+  log: string,
+  group: string,
+): { outOfResource: boolean; creationError: boolean; timedOut: boolean } {
+  const backOffs = backOffsOf(log, group, Date.now());
   return {
-    outOfResource: lines.some(
-      (l) =>
-        l.includes(`Disabling scale-up for node group ${group} until`) &&
-        l.includes('errorClass=OutOfResource'),
-    ),
-    timedOut: lines.some((l) => l.includes(`Scale-up timed out for node group ${group} after`)),
+    outOfResource: backOffs.some((b) => b.errorClass === 'OutOfResource'),
+    creationError: backOffs.some((b) => b.errorClass === 'Other' && b.errorCode !== 'timeout'),
+    timedOut: log.split('\n').some((l) => l.includes(`Scale-up timed out for node group ${group} after`)),
   };
 }

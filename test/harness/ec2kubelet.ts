@@ -110,7 +110,7 @@ export class Ec2KubeletSimulator {
   private readonly firstSeen = new Map<string, number>();
   /** Boots under way of instances learnt from the proxy. */
   private readonly boots = new Set<NodeJS.Timeout>();
-  /** Instances terminated through the proxy (their Nodes are removed, never registered). */
+  /** Instances terminated (see terminated()): their Nodes are removed, never registered. */
   private readonly gone = new Set<string>();
   /** Node names of the instances started through the proxy, by id. */
   private readonly names = new Map<string, string>();
@@ -171,7 +171,10 @@ export class Ec2KubeletSimulator {
     }
   }
 
-  /** Fed from the EC2 proxy's TerminateInstances calls: their Nodes go at once. */
+  /**
+   * Fed from the EC2 proxy's TerminateInstances calls (or by a test whose instances die before
+   * they boot): their Nodes go at once, and they never register one.
+   */
   terminated(instanceIds: string[]): void {
     for (const id of instanceIds) {
       this.gone.add(id);
@@ -229,7 +232,12 @@ export class Ec2KubeletSimulator {
   async syncOnce(): Promise<void> {
     const capacity = this.opts.capacity ?? { cpu: '2', memory: '8Gi', pods: '110' };
     const all = await this.instances();
-    const running = all.filter((i) => i.State?.Name === 'running' && (i.PrivateDnsName ?? '') !== '');
+    // An instance terminated through the proxy (or declared so by terminated()) never registers,
+    // even while the emulator still shows it running.
+    const running = all.filter(
+      (i) =>
+        i.State?.Name === 'running' && (i.PrivateDnsName ?? '') !== '' && !this.gone.has(i.InstanceId ?? ''),
+    );
     // A Node goes once its instance is neither running nor about to.
     const live = new Set(
       all.filter((i) => ['pending', 'running'].includes(i.State?.Name ?? '')).map((i) => i.InstanceId ?? ''),

@@ -48,8 +48,10 @@ export class LaunchBackoff {
     if (!this.enabled) return undefined;
     this.sweep(now);
     const prev = this.byClass.get(key);
-    // After a quiet spell as long as the longest wait, a failure starts the count again.
-    const failures = prev === undefined || now - prev.lastFailedAt > this.quietMs() ? 1 : prev.failures + 1;
+    // After a quiet spell as long as the longest wait, a failure starts the count again. The
+    // spell runs from the end of the hold, not from the last failure: a launch held the longest
+    // wait that fails again is a failure in a row, so the wait stays at the maximum.
+    const failures = prev === undefined || now - prev.until > this.quietMs() ? 1 : prev.failures + 1;
     const wait = Math.min(this.maxMs, this.baseMs * 2 ** Math.min(failures - 1, 30));
     const state: ClassState = { failures, until: now + wait, lastFailure: why, lastFailedAt: now };
     this.byClass.set(key, state);

@@ -6,6 +6,8 @@ import { expect } from 'chai';
 
 import {
   autoscalerDefaultFlags,
+  backOffOf,
+  backOffsOf,
   autoscalerHasFlag,
   autoscalerProcessEnv,
   externalGrpcCloudConfig,
@@ -152,6 +154,42 @@ describe('test harness: cluster-autoscaler log times', () => {
       'W1128 08:12:34.567890 12345 orchestrator.go:100] Disabling scale-up for node group default/x until …';
     expect(klogTime(line, at('2026-11-28T08:13:00Z'))).to.equal(at('2026-11-28T08:12:34.567Z'));
     expect(klogTime('not a klog line', at('2026-11-28T08:13:00Z'))).to.equal(undefined);
+  });
+
+  it('reads the back-offs of a node group from the log: when, until when, error class and code', () => {
+    const log = [
+      'W1128 08:12:34.567890 1 clusterstate.go:404] Disabling scale-up for node group default/a until 2026-11-28 08:12:44.567890123 +0000 UTC m=+20.5; errorClass=Other; errorCode=FailedPrecondition',
+      'W1128 08:12:35.000000 1 clusterstate.go:404] Disabling scale-up for node group default/b until 2026-11-28 08:13:05 +0000 UTC m=+21.0; errorClass=OutOfResource; errorCode=ResourceExhausted',
+      'W1128 08:13:40.100000 1 clusterstate.go:358] Scale-up timed out for node group default/a after 1m0.1s',
+      'W1128 08:13:40.100001 1 clusterstate.go:404] Disabling scale-up for node group default/a until 2026-11-28 08:14:10.1 +0000 UTC m=+86.0; errorClass=Other; errorCode=timeout',
+    ].join('\n');
+    const near = at('2026-11-28T08:13:00Z');
+    expect(backOffsOf(log, 'default/a', near)).to.deep.equal([
+      {
+        at: at('2026-11-28T08:12:34.567Z'),
+        until: at('2026-11-28T08:12:44.567Z'),
+        errorClass: 'Other',
+        errorCode: 'FailedPrecondition',
+      },
+      {
+        at: at('2026-11-28T08:13:40.100Z'),
+        until: at('2026-11-28T08:14:10.100Z'),
+        errorClass: 'Other',
+        errorCode: 'timeout',
+      },
+    ]);
+    expect(backOffOf(log, 'default/a')).to.deep.equal({
+      outOfResource: false,
+      creationError: true,
+      timedOut: true,
+    });
+    expect(backOffOf(log, 'default/b')).to.deep.equal({
+      outOfResource: true,
+      creationError: false,
+      timedOut: false,
+    });
+    // A timeout alone is no creation error.
+    expect(backOffOf(log.split('\n').slice(2).join('\n'), 'default/a').creationError).to.equal(false);
   });
 
   it('takes the year that puts the line nearest the time given, across New Year', () => {

@@ -26,15 +26,33 @@ describe('launch back-off per class (pure)', () => {
     expect(b.holdOf('default/other', T0), 'another class is not held').to.equal(undefined);
   });
 
+  it('stays at the maximum when each launch fails a little after its hold ends (the hold is no quiet spell)', () => {
+    const b = new LaunchBackoff(30_000, 300_000);
+    const waits: number[] = [];
+    let now = T0;
+    for (let i = 0; i < 8; i++) {
+      const hold = b.failed('default/small', now, 'terminated');
+      waits.push((hold?.until ?? now) - now);
+      // The next launch goes when the hold ends and its VM dies 5 s later.
+      now = (hold?.until ?? now) + 5_000;
+    }
+    expect(waits).to.deep.equal([30_000, 60_000, 120_000, 240_000, 300_000, 300_000, 300_000, 300_000]);
+  });
+
   it('ends the back-off when a machine of the class joins, and counts again from one after a quiet spell', () => {
     const b = new LaunchBackoff(30_000, 300_000);
     b.failed('c', T0, 'x');
     b.failed('c', T0 + 30_000, 'x');
     b.succeeded('c');
     expect(b.holdOf('c', T0 + 30_001)).to.equal(undefined);
-    expect(b.failed('c', T0 + 40_000, 'x')?.failures).to.equal(1);
-    // Quiet for longer than the longest wait: the next failure is a first one again.
-    expect(b.failed('c', T0 + 40_000 + 300_001, 'x')?.failures).to.equal(1);
+    const hold = b.failed('c', T0 + 40_000, 'x');
+    expect(hold?.failures).to.equal(1);
+    const holdEnd = hold?.until ?? 0;
+    // Quiet for as long as the longest wait after the hold ended: still in a row.
+    expect(b.failed('c', holdEnd + 300_000, 'x')?.failures).to.equal(2);
+    // Quiet for longer than the longest wait after the hold ended: a first failure again.
+    const next = b.holdOf('c', holdEnd + 300_000)?.until ?? 0;
+    expect(b.failed('c', next + 300_001, 'x')?.failures).to.equal(1);
   });
 
   it('holds nothing with a base of 0 (--launch-failure-backoff 0)', () => {
