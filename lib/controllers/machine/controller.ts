@@ -467,6 +467,9 @@ export class MachineController {
           await this.syncNode(m, liveNode);
           synced = true;
         }
+        // A failed launch holds its class's launches before the machine reads Failed: its
+        // MachineSet replaces a Failed machine at once, and the replacement must find the hold.
+        if (t.reason === 'launch-failed' || t.reason === 'vm-not-found') this.launchFailed(m, t.reason);
         current = await patchMachineStatus(d.client, m, change, now);
         await this.afterTransition(current, t.reason, t.joinDurationMs, log);
       }
@@ -514,12 +517,8 @@ export class MachineController {
             reason,
           },
         );
-        const why =
-          reason === 'vm-not-found'
-            ? `VM ${m.spec?.providerID ?? ''} of machine ${m.metadata.name ?? ''} vanished before its node joined`
-            : `VM ${m.spec?.providerID ?? ''} of machine ${m.metadata.name ?? ''} failed (${vmFailureOf(m) ?? 'reported by its provider'}) before its node joined`;
-        const hold = d.launches.failed(launchKeyOf(m), d.clock.now(), why);
-        this.launchMetrics.failed(m);
+        // Recorded before the Failed phase was written (launchFailed()): the hold stands now.
+        const hold = d.launches.holdOf(launchKeyOf(m), d.clock.now());
         const next =
           hold === undefined
             ? ''
@@ -563,6 +562,17 @@ export class MachineController {
       default:
         log.info('machine phase changed', { phase: m.status?.currentStatus?.phase, reason });
     }
+  }
+
+  /** Records a failed launch of the machine's class (launches.ts) and counts it. */
+  private launchFailed(m: CachedMachine, reason: 'launch-failed' | 'vm-not-found'): void {
+    const vm = `VM ${m.spec?.providerID ?? ''} of machine ${m.metadata.name ?? ''}`;
+    const why =
+      reason === 'vm-not-found'
+        ? `${vm} vanished before its node joined`
+        : `${vm} failed (${vmFailureOf(m) ?? 'reported by its provider'}) before its node joined`;
+    this.deps.launches.failed(launchKeyOf(m), this.deps.clock.now(), why, m.metadata.uid);
+    this.launchMetrics.failed(m);
   }
 
   /** The token is only created for user data that asks for it, so only then is it deleted. */

@@ -28,6 +28,8 @@ export interface LaunchHold {
 
 interface ClassState extends LaunchHold {
   lastFailedAt: number;
+  /** The machine whose failure was counted last (its failure is counted once, however often it is reported). */
+  lastMachine: string | undefined;
 }
 
 export class LaunchBackoff {
@@ -43,17 +45,28 @@ export class LaunchBackoff {
     return this.baseMs > 0;
   }
 
-  /** A launch of class `key` failed at `now`; returns the hold that follows. */
-  failed(key: string, now: number, why: string): LaunchHold | undefined {
+  /**
+   * A launch of class `key` (by machine `machine`, its uid) failed at `now`; returns the hold that
+   * follows. The same machine's failure again (a write retried after a conflict) counts once.
+   */
+  failed(key: string, now: number, why: string, machine?: string): LaunchHold | undefined {
     if (!this.enabled) return undefined;
     this.sweep(now);
     const prev = this.byClass.get(key);
+    if (prev !== undefined && machine !== undefined && prev.lastMachine === machine)
+      return { failures: prev.failures, until: prev.until, lastFailure: prev.lastFailure };
     // After a quiet spell as long as the longest wait, a failure starts the count again. The
     // spell runs from the end of the hold, not from the last failure: a launch held the longest
     // wait that fails again is a failure in a row, so the wait stays at the maximum.
     const failures = prev === undefined || now - prev.until > this.quietMs() ? 1 : prev.failures + 1;
     const wait = Math.min(this.maxMs, this.baseMs * 2 ** Math.min(failures - 1, 30));
-    const state: ClassState = { failures, until: now + wait, lastFailure: why, lastFailedAt: now };
+    const state: ClassState = {
+      failures,
+      until: now + wait,
+      lastFailure: why,
+      lastFailedAt: now,
+      lastMachine: machine,
+    };
     this.byClass.set(key, state);
     return { failures, until: state.until, lastFailure: why };
   }

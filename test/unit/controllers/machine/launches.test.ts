@@ -55,6 +55,13 @@ describe('launch back-off per class (pure)', () => {
     expect(b.failed('c', next + 300_001, 'x')?.failures).to.equal(1);
   });
 
+  it('counts one machine’s failure once, however often it is reported', () => {
+    const b = new LaunchBackoff(30_000, 300_000);
+    b.failed('c', T0, 'x', 'uid-1');
+    expect(b.failed('c', T0 + 100, 'x', 'uid-1')?.failures).to.equal(1);
+    expect(b.failed('c', T0 + 200, 'x', 'uid-2')?.failures).to.equal(2);
+  });
+
   it('holds nothing with a base of 0 (--launch-failure-backoff 0)', () => {
     const b = new LaunchBackoff(0, 300_000);
     expect(b.failed('c', T0, 'x')).to.equal(undefined);
