@@ -8,7 +8,7 @@
 
 import { Histogram, type Registry } from 'prom-client';
 
-import type { Clock } from '../kube/clock.js';
+import type { Clock, TimerHandle } from '../kube/clock.js';
 import type { DeepReadonly, Informer } from '../kube/informer.js';
 import type { Pod } from '../kube/types.js';
 
@@ -39,6 +39,8 @@ interface Tracking {
   /** Successors already timed (by pod uid). */
   seen: Set<string>;
   report: (r: DisplacedReport) => void;
+  /** The end of the patience (cancelled when every successor is bound first). */
+  patience: TimerHandle | undefined;
 }
 
 export class DisplacedPods {
@@ -86,11 +88,25 @@ export class DisplacedPods {
       displaced++;
     }
     if (displaced === 0) return;
-    const now = this.clock.now();
-    this.byMachine.set(key, { startedAt: now, expected, displaced, pendingMs: [], seen: new Set(), report });
-    this.clock.setTimeout(() => {
+    const t: Tracking = {
+      startedAt: this.clock.now(),
+      expected,
+      displaced,
+      pendingMs: [],
+      seen: new Set(),
+      report,
+      patience: undefined,
+    };
+    this.byMachine.set(key, t);
+    t.patience = this.clock.setTimeout(() => {
       this.finish(key);
     }, PATIENCE_MS);
+  }
+
+  /** Stops following every interruption, reporting nothing (the controllers stop). */
+  stop(): void {
+    for (const t of this.byMachine.values()) t.patience?.cancel();
+    this.byMachine.clear();
   }
 
   private observe(p: DeepReadonly<Pod>): void {
@@ -117,6 +133,7 @@ export class DisplacedPods {
     const t = this.byMachine.get(key);
     if (t === undefined) return;
     this.byMachine.delete(key);
+    t.patience?.cancel();
     t.report({ displaced: t.displaced, pendingMs: t.pendingMs });
   }
 }

@@ -17,6 +17,7 @@ import {
   MachineDeploymentResource,
   type Machine,
   type MachineClass,
+  type MachineDeployment,
 } from '../../lib/api/types.js';
 import { CoreResources } from '../../lib/kube/resources.js';
 import type { CoreEvent } from '../../lib/kube/types.js';
@@ -130,7 +131,22 @@ describe(`chaos 9: a rebalance recommendation for all ${MACHINES} spot machines 
 
     const replaced = async (): Promise<boolean> =>
       (await running())?.every((m) => !victimIds.has(instanceIdOf(m.spec?.providerID ?? ''))) === true;
-    await until(`all ${MACHINES} recommended machines replaced`, replaced, 600_000);
+    /** What the machines and the deployment say, for a failure message. */
+    const state = async (): Promise<string> => {
+      const ms = await env.machines(POOL);
+      const lines = ms.map(
+        (m) =>
+          `${m.metadata.name ?? ''} ${m.status?.currentStatus?.phase ?? ''}${m.metadata.deletionTimestamp === undefined ? '' : ' deleting'} replacing=${m.metadata.annotations?.['machine.mcm-ts.io/replacing'] ?? '-'} recommended=${m.metadata.annotations?.['machine.mcm-ts.io/rebalance-recommended'] ?? '-'} ${m.status?.lastOperation?.description ?? ''}`,
+      );
+      const mcd = await env.client.get<MachineDeployment>(MachineDeploymentResource, POOL, NS);
+      const expiry = mcd.status?.conditions?.find((c) => c.type === 'Expiry');
+      return `${lines.join('\n')}\nExpiry condition: ${expiry?.message ?? 'none'}`;
+    };
+    await until(`all ${MACHINES} recommended machines replaced`, replaced, 600_000).catch(
+      async (err: unknown) => {
+        throw new Error(`${err instanceof Error ? err.message : String(err)}\n${await state()}`);
+      },
+    );
     const convergeMs = Date.now() - t0;
     const toRev = recorder.lastEventRev();
 

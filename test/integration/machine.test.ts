@@ -441,15 +441,19 @@ describe('a Pending machine whose VM vanishes before its node joins (real kube-a
     env = await LifecycleEnv.start();
     // On a real cloud a VM that vanishes before its kubelet registers leaves no Node whose deletion
     // would take the machine along. Here a VM is its Node: without the node controller, deleting
-    // the Node is a VM vanishing that nothing but the driver can report.
-    await env.startManager({ controllers: CONTROLLER_NAMES.filter((c) => c !== 'node') });
+    // the Node is a VM vanishing that nothing but the driver can report. A short launch back-off
+    // (the default is 30 s) keeps the test short.
+    await env.startManager({
+      controllers: CONTROLLER_NAMES.filter((c) => c !== 'node'),
+      launchFailureBackoffMs: 5_000,
+    });
   });
 
   after(async () => {
     await env.stop();
   });
 
-  it('is marked Failed (NotFound) and replaced within 45 s, not at the 20-minute creation timeout', async () => {
+  it('is marked Failed (NotFound) as a failed launch within 45 s, not at the 20-minute creation timeout; its replacement waits for the class’s launch back-off, then launches', async () => {
     await env.createClass('vanish', { bootDelay: '1h' });
     const rec = new PhaseRecorder(env, 'vanish');
     await rec.start();
@@ -471,16 +475,25 @@ describe('a Pending machine whose VM vanishes before its node joins (real kube-a
           phaseOf(machines[0] as Machine) === MachinePhase.Pending
         );
       },
-      45_000,
+      50_000,
     );
     const replacedAfter = Date.now() - vanished;
     const failed = rec.transitions.find((t) => t.machine === name && t.phase === MachinePhase.Failed);
     expect(failed?.errorCode, 'marked Failed with NotFound').to.equal('NotFound');
-    expect(replacedAfter, 'replaced long before the creation timeout').to.be.lessThan(45_000);
+    expect((failed?.at ?? Infinity) - vanished, 'failed long before the creation timeout').to.be.lessThan(
+      45_000,
+    );
+    // Its replacement was held by the launch back-off first (a creation error for the autoscaler),
+    // and launched once the hold ended.
+    const replacement = rec.transitions.find(
+      (t) => t.machine !== name && t.phase === MachinePhase.CrashLoopBackOff,
+    );
+    expect(replacement?.errorCode, 'the replacement held, FailedPrecondition').to.equal('FailedPrecondition');
+    expect(replacedAfter, 'replaced long before the creation timeout').to.be.lessThan(50_000);
     const events = await eventsFor(env, name);
-    const event = events.find((e) => e.reason === 'MachineFailed');
+    const event = events.find((e) => e.reason === 'LaunchFailed');
     expect(event?.type).to.equal('Warning');
-    expect(event?.message).to.contain('no longer exists');
+    expect(event?.message).to.contain('no longer exists').and.to.contain('back off');
     await until(
       'the old node is gone',
       async () => !(await env.nodes()).some((n) => n.metadata.name === name),

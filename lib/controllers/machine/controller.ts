@@ -200,6 +200,7 @@ export class MachineController {
 
   async stop(): Promise<void> {
     await this.controller.stop();
+    this.deps.displaced?.stop();
   }
 
   /** Whether the creation flow of machine `namespace/name` is running right now. */

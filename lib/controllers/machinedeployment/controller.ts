@@ -86,6 +86,8 @@ function deploymentView(m: CachedMachine): string {
     annotations[Annotation.MachinePriority],
     annotations[Annotation.MarkedForDeletionTime],
     annotations[ExtensionAnnotation.Replacing],
+    // A rebalance recommendation (opted in) starts a voluntary replacement in the pass.
+    annotations[ExtensionAnnotation.RebalanceRecommended],
   ]);
 }
 

@@ -66,6 +66,7 @@ describe('displaced pods of an interrupted node: how long their successors were 
     seen(pod('web-d', 'web', T0 + 1_000, 'n3'));
     expect(reports).to.deep.equal([{ displaced: 2, pendingMs: [2_000, 4_000] }]);
     expect(tracker.tracking('default/m1')).to.equal(false);
+    expect(clock.pendingTimers(), 'no timer left behind (a process could not exit)').to.equal(0);
     const text = await registry.getSingleMetricAsString('mcm_interruption_pod_pending_seconds');
     expect(text).to.contain('mcm_interruption_pod_pending_seconds_count 2');
   });

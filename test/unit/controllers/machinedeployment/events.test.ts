@@ -85,6 +85,13 @@ describe('MachineDeployment: which machine updates enqueue the deployment', () =
       matters: true,
     },
     {
+      name: 'a rebalance recommendation recorded (its voluntary replacement starts in the pass): yes',
+      update: changed((m) => {
+        m.metadata.annotations = { 'machine.mcm-ts.io/rebalance-recommended': '2026-11-21T10:00:00Z' };
+      }),
+      matters: true,
+    },
+    {
       name: 'another controller: yes',
       update: changed((m) => {
         const ref = m.metadata.ownerReferences?.[0];
