@@ -162,7 +162,15 @@ describe(`chaos 9: a rebalance recommendation for all ${MACHINES} spot machines 
     const liveMachines = new Set((await env.machines(POOL)).map((m) => m.metadata.name ?? ''));
     const orphans = live
       .filter((i) => !liveMachines.has(tagOf(i, 'Name') ?? ''))
-      .map((i) => i.InstanceId ?? '');
+      .map((i) => {
+        // What the recorder saw of the instance's machine, for a failure message.
+        const name = tagOf(i, 'Name') ?? '';
+        const seen = recorder?.timeline().filter((e) => e.resource === 'machines' && e.name === name) ?? [];
+        const last = seen[seen.length - 1];
+        const history =
+          seen.length === 0 ? 'never seen' : `${last?.type ?? ''} at ${seconds((last?.at ?? 0) - t0)}`;
+        return `${i.InstanceId ?? ''} (${name} ${i.State?.Name ?? ''}, launched ${seconds((i.LaunchTime?.getTime() ?? 0) - t0)} after the recommendations; its machine: ${history})`;
+      });
     const reachedEc2 = launches.filter((l) => !l.refused).length;
 
     recordRow({
