@@ -18,13 +18,16 @@ if [ -z "${MCM_TEST_RESULTS:-}" ]; then
 fi
 
 status=0
-echo "== npm run tools:test"
+started=$SECONDS
+# "== <step> (at MmSSs)": when each step starts, counted from the start of this command.
+stage() { echo "== $* (at $(( (SECONDS - started) / 60 ))m$(( (SECONDS - started) % 60 ))s)"; }
+stage "npm run tools:test"
 # A tools failure is reported by the suites that need the missing binary; unit tests still run.
 npm run --silent tools:test || status=1
-echo "== npm run build"
+stage "npm run build"
 if npm run --silent build; then
   for suite in "${suites[@]}"; do
-    echo "== npm run test:$suite"
+    stage "npm run test:$suite"
     npm run --silent "test:$suite" || status=1
   done
 else
@@ -33,7 +36,7 @@ else
 fi
 
 if [ -n "$own_results" ]; then
-  echo "== results"
+  stage "results"
   node test/summary.cjs "$own_results" "${suites[@]}" || status=1
   rm -f "$own_results"
 fi

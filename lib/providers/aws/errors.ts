@@ -170,8 +170,10 @@ export function toMachineError(
 
 /**
  * What a failed RunInstances means for a retry: `retry` when EC2 answered that it started nothing
- * and may later (throttling, a server error other than capacity), `unknown` when no answer came
- * (the instance may have been started: look before trying again), `fail` otherwise.
+ * and may later (throttling), `unknown` when the outcome is not known (no answer came, or a server
+ * error other than capacity: EC2 may have started the instance before failing, so look before
+ * trying again; only the ClientToken would otherwise keep a second one from starting, and
+ * EC2-compatible APIs such as moto ignore it), `fail` otherwise.
  */
 export function launchFailure(err: unknown): 'retry' | 'unknown' | 'fail' {
   // The leader fence refused the attempt before it was sent: nothing was started, nothing may be.
@@ -183,6 +185,6 @@ export function launchFailure(err: unknown): 'retry' | 'unknown' | 'fail' {
     return TRANSPORT_ERROR_CODES.has(info.code) || info.code === 'Unknown' || info.code === 'Error'
       ? 'unknown'
       : 'fail';
-  if (info.httpStatus >= 500 && !CAPACITY_ERROR_CODES.has(info.code)) return 'retry';
+  if (info.httpStatus >= 500 && !CAPACITY_ERROR_CODES.has(info.code)) return 'unknown';
   return 'fail';
 }

@@ -109,6 +109,17 @@ describe('AWS provider: driver behaviour (fake EC2)', () => {
     expect(r.providerID).to.match(/^aws:\/\/\/eu-west-1\/i-/);
   });
 
+  it('after a RunInstances answered with a server error once EC2 had started the instance, finds it and sends no second one', async () => {
+    const { fake, driver } = setup();
+    fake.afterRun = (n) => {
+      if (n === 1) throw ec2Error('InternalError', 500);
+    };
+    const r = await driver.createMachine({ machine: machine('m1'), machineClass: cls(), secret });
+    expect(fake.runs).to.have.length(1);
+    expect(fake.instances).to.have.length(1);
+    expect(r.providerID).to.match(/^aws:\/\/\/eu-west-1\/i-/);
+  });
+
   it('CreateMachine right after a GetMachineStatus that found nothing sends no second lookup; later it looks again', async () => {
     const clock = new InstantClock();
     const { fake, driver } = setup(clock);
