@@ -22,6 +22,9 @@ import { resolveBudget } from './settings.js';
 
 type CachedMachine = DeepReadonly<Machine>;
 
+/** A mark the cache does not show after this long never will (the write was undone): forgotten. */
+const MARK_VISIBLE_MS = 60_000;
+
 export interface BudgetGroup {
   /** The deployment (or set) whose machines share the budget. */
   key: string;
@@ -41,8 +44,8 @@ export function inReplacement(m: CachedMachine, now: number): boolean {
 
 export class ReplacementBudget {
   private readonly locks = new Map<string, Promise<unknown>>();
-  /** Machines marked Failed whose new phase the cache may not show yet, per group. */
-  private readonly marked = new Map<string, Set<string>>();
+  /** Machines marked Failed whose new phase the cache may not show yet (uid → when), per group. */
+  private readonly marked = new Map<string, Map<string, number>>();
   /** Machines refused by their group's budget and not marked since, by uid. */
   private readonly waiting = new Map<
     string,
@@ -144,7 +147,7 @@ export class ReplacementBudget {
       // The machine itself is not counted: an InPlaceUpdateFailed machine is "in replacement" by
       // phase, and would otherwise use up a budget of 1 on its own and never be marked Failed.
       const others = fresh.machines.filter((x) => x.metadata.uid !== m.metadata.uid);
-      const pending = this.pendingMarks(fresh.key, others);
+      const pending = this.pendingMarks(fresh.key, others, now);
       const busy = others.filter((x) => inReplacement(x, now)).length + pending;
       if (busy >= fresh.budget) {
         this.waiting.set(m.metadata.uid ?? '', {
@@ -156,24 +159,35 @@ export class ReplacementBudget {
       }
       await mark();
       this.waiting.delete(m.metadata.uid ?? '');
-      const set = this.marked.get(fresh.key) ?? new Set<string>();
-      set.add(m.metadata.uid ?? '');
-      this.marked.set(fresh.key, set);
+      const marks = this.marked.get(fresh.key) ?? new Map<string, number>();
+      marks.set(m.metadata.uid ?? '', now);
+      this.marked.set(fresh.key, marks);
       return { allowed: true, inReplacement: busy + 1, budget: fresh.budget };
     });
   }
 
-  /** Marks the cache does not reflect yet (the machine is still Unknown there); forgets the rest. */
-  private pendingMarks(key: string, machines: readonly CachedMachine[]): number {
-    const set = this.marked.get(key);
-    if (set === undefined) return 0;
+  /**
+   * Marks the cache does not reflect yet: the machine is there in its old phase (Unknown past its
+   * health timeout, or Running with its VM reported failed). Forgets the rest: machines the cache
+   * shows Failed (counted by their phase from then on) or gone, and marks older than any cache
+   * lag (MARK_VISIBLE_MS).
+   */
+  private pendingMarks(key: string, machines: readonly CachedMachine[], now: number): number {
+    const marks = this.marked.get(key);
+    if (marks === undefined) return 0;
     const byUid = new Map(machines.map((x) => [x.metadata.uid ?? '', x]));
-    for (const uid of [...set]) {
+    for (const [uid, at] of [...marks]) {
       const cached = byUid.get(uid);
-      if (cached === undefined || phaseOf(cached) !== MachinePhase.Unknown) set.delete(uid);
+      if (
+        cached === undefined ||
+        phaseOf(cached) === MachinePhase.Failed ||
+        inReplacement(cached, now) ||
+        now - at > MARK_VISIBLE_MS
+      )
+        marks.delete(uid);
     }
-    if (set.size === 0) this.marked.delete(key);
-    return set.size;
+    if (marks.size === 0) this.marked.delete(key);
+    return marks.size;
   }
 
   private async withLock<T>(key: string, fn: () => Promise<T>): Promise<T> {

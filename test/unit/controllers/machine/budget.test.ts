@@ -85,6 +85,27 @@ describe('replacement budget (meltdown protection)', () => {
     await e.stop();
   });
 
+  it('counts a Running machine it marked (its VM reported failed) until the cache shows it Failed, so a second one waits', async () => {
+    // A zone's VMs reported failed: the machines are Running in the cache when they are marked.
+    const e = await env({ a: 'Running', b: 'Running', c: 'Running' });
+    const budget = new ReplacementBudget(
+      e.informers.machines,
+      e.informers.machineSets,
+      e.informers.machineDeployments,
+      '1',
+    );
+    const get = (n: string): never => e.informers.machines.get('default', n) as never;
+    const ra = await budget.tryMark(get('a'), e.clock.now(), () => Promise.resolve());
+    expect(ra.allowed, 'a').to.equal(true);
+    // The cache still shows a Running: the mark counts.
+    const rb = await budget.tryMark(get('b'), e.clock.now(), () => Promise.resolve());
+    expect(rb).to.deep.equal({ allowed: false, inReplacement: 1, budget: 1 });
+    // A mark the cache never shows (the write was undone) stops counting after a minute.
+    const later = await budget.tryMark(get('b'), e.clock.now() + 61_000, () => Promise.resolve());
+    expect(later.allowed, 'b a minute later').to.equal(true);
+    await e.stop();
+  });
+
   it('counts machines already being replaced, and honours a percentage annotation', async () => {
     const busy = await env({ a: 'Unknown', b: 'Pending', c: 'Running' });
     const budget = new ReplacementBudget(
