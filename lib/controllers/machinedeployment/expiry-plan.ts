@@ -210,8 +210,11 @@ export function planExpiry<M extends AnyMachine>(input: ExpiryInput<M>): ExpiryP
     (m) => !isTerminating(m) && (isReplacing(m) || input.started.has(m.metadata.name ?? '')),
   ).length;
   const surgeRoom = Math.max(1, input.maxSurge) - replacingNow - Math.max(0, staying - replicas);
-  // The group's maximum: every replacement adds a machine until its old one goes.
-  const maxRoom = input.groupMax === undefined ? Infinity : input.groupMax - staying - replacingNow;
+  // The group's maximum: every replacement adds a machine until its old one goes, and a machine
+  // marked now has its replacement counted before its MachineSet has created it (staying falls
+  // short of the replicas until then).
+  const maxRoom =
+    input.groupMax === undefined ? Infinity : input.groupMax - replacingNow - Math.max(staying, replicas);
 
   if (plan.expired.length > 0) {
     if (settledBlock !== undefined) {

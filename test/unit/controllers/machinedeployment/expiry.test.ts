@@ -158,6 +158,14 @@ describe('expiry planning', () => {
     expect(plan(mcd, fleet(5), { maxSurge: 3, groupMax: 7 }).start).to.have.length(2);
     // No group: maxSurge alone.
     expect(plan(mcd, fleet(5), { maxSurge: 3 }).start).to.have.length(3);
+    // One below it, one machine just marked whose replacement its MachineSet has not created yet:
+    // that replacement takes the room, nothing more starts.
+    const justMarked = fleet(5, (i) =>
+      i === 0 ? { annotations: { 'machine.mcm-ts.io/replacing': 'expired' } } : {},
+    );
+    const next = plan(mcd, justMarked, { maxSurge: 3, groupMax: 6 });
+    expect(next.start, 'beside a replacement still to be created').to.deep.equal([]);
+    expect(new Set(next.blocked.map((b) => b.reason))).to.deep.equal(new Set([ExpiryBlock.Max]));
   });
 
   it('starts nothing outside the disruption windows and looks again when one opens', () => {
