@@ -40,10 +40,8 @@ export interface ReplicaPlan<M extends AnyMachine> {
 }
 
 /** Phases of a machine whose creation is failing: it stands in for no interrupted machine. */
-const CREATION_STUCK: ReadonlySet<string> = new Set<string>([
-  MachinePhase.CrashLoopBackOff,
-  MachinePhase.Failed,
-]);
+/** Phases of a machine on its way up (created, not failing, not joined yet). */
+const ON_THE_WAY_UP: ReadonlySet<string> = new Set<string>([MachinePhase.Creating, MachinePhase.Pending]);
 
 export interface ReplicaOptions<M extends AnyMachine> {
   /**
@@ -114,11 +112,11 @@ export function planReplicas<M extends AnyMachine>(
   const replacing = active.filter(isReplacing);
   const diff = active.length - replacing.length - replicas;
   const creations = diff < 0 ? planCreations(ms, -diff, burst) : undefined;
-  // Machines on their way up that can stand in for an interrupted one: created and not available
-  // yet, their creation not failing (CrashLoopBackOff: refused for capacity, say), or created now.
+  // Machines on their way up that can stand in for an interrupted one: being created or Pending
+  // (not failing: CrashLoopBackOff is refused for capacity, say; not Unknown, Failed or being
+  // updated in place), or created now.
   let progressing =
-    active.filter((m) => !isReplacing(m) && !isAvailable(m) && !CREATION_STUCK.has(phaseOf(m))).length +
-    (creations?.create ?? 0);
+    active.filter((m) => !isReplacing(m) && ON_THE_WAY_UP.has(phaseOf(m))).length + (creations?.create ?? 0);
   // Interrupted machines: at once when not available or the deadline is near, or when no
   // replacement is on its way for it (creation blocked or failing: its pods had better look for
   // room elsewhere now); else once the set holds its replicas available without them. The ones
@@ -164,6 +162,8 @@ export function planReplicas<M extends AnyMachine>(
     }
   }
   if (held.length > 0) plan.held = held;
+  // A held machine is not taken by a scale-down either: the veto holds whatever the reason.
+  const isHeld = new Set<M>(held.map((h) => h.machine));
   // The replaced machines that stay for now keep their place above the replicas.
   const floor = replicas + replacing.filter((m) => !chosen.has(m)).length;
 
@@ -176,7 +176,7 @@ export function planReplicas<M extends AnyMachine>(
     let left = surplus;
     for (const m of ordered()) {
       if (left === 0) break;
-      if (chosen.has(m)) continue;
+      if (chosen.has(m) || isHeld.has(m)) continue;
       take(m, 'scale-down');
       left--;
     }
@@ -188,6 +188,7 @@ export function planReplicas<M extends AnyMachine>(
   if (!Number.isNaN(scalerTime)) {
     for (const m of ordered()) {
       if (active.length - chosen.size <= floor) break;
+      if (isHeld.has(m)) continue;
       const mark = markedForDeletionTime(m);
       if (priorityOf(m) === DELETE_FIRST_MACHINE_PRIORITY && mark !== undefined && mark <= scalerTime) {
         take(m, 'marked-by-autoscaler');

@@ -211,9 +211,29 @@ describe('planReplicas', () => {
     expect(planReplicas(ms, [a, b, stuck], NOW, 100, lead).delete).to.deep.equal([
       { machine: a, reason: 'interrupted' },
     ]);
+    // A machine beside it that is not on its way up (Unknown: its node stopped reporting) stands in
+    // for no replacement: the interrupted machine goes at once.
+    const unhealthy = machine('c', { owner: ms, phase: 'Unknown' });
+    expect(planReplicas(ms, [a, b, unhealthy], NOW, 100, lead).delete).to.deep.equal([
+      { machine: a, reason: 'interrupted' },
+    ]);
     // Replacing without a deadline (expiry) waits for its replacement, deadline or not.
     const expired = machine('a', { owner: ms, annotations: { 'machine.mcm-ts.io/replacing': 'expired' } });
     expect(planReplicas(ms, [expired, b, c], deadline, 100, lead).delete).to.deep.equal([]);
+  });
+
+  it('a replaced machine a pod vetoes stays through a scale-down too: the scale-down takes another', () => {
+    const three = machineSet('ms', 2);
+    three.metadata.annotations = { [SCALER]: '2026-11-21T09:10:00Z' };
+    const vetoed = machine('a', { owner: three, annotations: { 'machine.mcm-ts.io/replacing': 'expired' } });
+    const b = markedBy(three, 'b', '2026-11-21T09:05:00Z');
+    const c = machine('c', { owner: three });
+    const replacement = machine('r', { owner: three });
+    const vetoOf = (m: Machine): string | undefined =>
+      m === vetoed ? 'pod apps/job (karpenter.sh/do-not-disrupt=true)' : undefined;
+    const plan = planReplicas(three, [vetoed, b, c, replacement], NOW, 100, { vetoOf });
+    expect(plan.held?.map((h) => h.machine.metadata.name)).to.deep.equal(['a']);
+    expect(plan.delete.map((d) => [d.machine.metadata.name, d.reason])).to.deep.equal([['b', 'scale-down']]);
   });
 
   it('one replacement available lets one interrupted machine go, not all of a pool interrupted at once', () => {
