@@ -14,6 +14,8 @@ import type { Pod } from '../kube/types.js';
 
 /** How long successors are waited for before the interruption is reported with what was seen. */
 export const PATIENCE_MS = 10 * 60_000;
+/** A machine's drain outlasts its report by this much at most (a deletion ends well before). */
+const REPORTED_MEMORY_MS = 2 * PATIENCE_MS;
 
 type AnyPod = Pod | DeepReadonly<Pod>;
 
@@ -45,6 +47,11 @@ interface Tracking {
 
 export class DisplacedPods {
   private readonly byMachine = new Map<string, Tracking>();
+  /**
+   * Machines whose interruption was reported, and when: later drain rounds of the same machine
+   * (its evicted pods still terminating) start nothing new. Forgotten after REPORTED_MEMORY_MS.
+   */
+  private readonly reported = new Map<string, number>();
   private readonly histogram: Histogram;
 
   constructor(
@@ -68,9 +75,9 @@ export class DisplacedPods {
     });
   }
 
-  /** Whether the displaced pods of machine `key` are being followed already. */
+  /** Whether the displaced pods of machine `key` are being followed already, or were reported. */
   tracking(key: string): boolean {
-    return this.byMachine.has(key);
+    return this.byMachine.has(key) || this.reported.has(key);
   }
 
   /**
@@ -78,7 +85,9 @@ export class DisplacedPods {
    * `report` is called once with what they came to.
    */
   start(key: string, pods: readonly AnyPod[], report: (r: DisplacedReport) => void): void {
-    if (this.byMachine.has(key)) return;
+    const now = this.clock.now();
+    for (const [k, at] of this.reported) if (now - at > REPORTED_MEMORY_MS) this.reported.delete(k);
+    if (this.tracking(key)) return;
     const expected = new Map<string, number>();
     let displaced = 0;
     for (const p of pods) {
@@ -107,6 +116,7 @@ export class DisplacedPods {
   stop(): void {
     for (const t of this.byMachine.values()) t.patience?.cancel();
     this.byMachine.clear();
+    this.reported.clear();
   }
 
   private observe(p: DeepReadonly<Pod>): void {
@@ -133,6 +143,7 @@ export class DisplacedPods {
     const t = this.byMachine.get(key);
     if (t === undefined) return;
     this.byMachine.delete(key);
+    this.reported.set(key, this.clock.now());
     t.patience?.cancel();
     t.report({ displaced: t.displaced, pendingMs: t.pendingMs });
   }
