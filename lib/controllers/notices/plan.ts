@@ -178,7 +178,7 @@ function planAdvice(
   }
   const at = rfc3339(now);
   const message = wantMark
-    ? `${notice.message}: its MachineDeployment replaces it surge first, within its disruption budget, maxSurge and autoscaler maximum`
+    ? `${notice.message}: recorded for replacement; a MachineDeployment replaces its machines surge first, within its disruption budget, maxSurge and autoscaler maximum`
     : notice.message;
   return {
     outcome: 'acted',

@@ -3,7 +3,9 @@
 // credentials the driver's calls have shown (a "target", as for the spot prices), asking for the
 // instances whose instance or system status check is `impaired`; one whose check has been impaired
 // for --aws-impaired-timeout or longer (status.ts) becomes an `impaired` notice to the manager's
-// sink, which fails its machine (the MachineSet replaces it) or answers that it has nothing to do.
+// sink, which records the failure on its machine (the machine controller fails it within its
+// deployment's replacement budget, and the MachineSet replaces it) or answers that it has nothing
+// to do.
 //
 // One call pages through a whole region, whatever the number of machines: two filtered calls per
 // target and poll (filters of different names AND, so `instance-status.status=impaired` and
@@ -96,7 +98,7 @@ export class InstanceHealthMetrics {
     });
     this.notices = new Counter({
       name: 'mcm_aws_impaired_instance_notices_total',
-      help: 'Instances whose EC2 status check was impaired for longer than --aws-impaired-timeout, per poll, by what became of the notice: acted (the machine failed), duplicate (failed already), ignored (being deleted), unknown-instance (no machine has the instance) or failed (retried the next poll).',
+      help: 'Instances whose EC2 status check was impaired for longer than --aws-impaired-timeout, per poll, by what became of the notice: acted (the failure recorded on the machine, which its replacement budget then fails), duplicate (recorded already), ignored (being deleted), unknown-instance (no machine has the instance) or failed (retried the next poll).',
       labelNames: ['outcome'],
       registers: [registry],
     });

@@ -108,7 +108,11 @@ describe('AWS provider: EC2 errors as machine errors', () => {
   const launches: [string, unknown, 'retry' | 'unknown' | 'fail'][] = [
     ['throttled: EC2 started nothing', ec2Error('RequestLimitExceeded', 'x', 503), 'retry'],
     ['an EC2 server error: the instance may exist', ec2Error('InternalError', 'x', 500), 'unknown'],
-    ['a proxy in front of EC2 answering 502: the instance may exist', ec2Error('Unknown', 'x', 502), 'unknown'],
+    [
+      'a proxy in front of EC2 answering 502: the instance may exist',
+      ec2Error('Unknown', 'x', 502),
+      'unknown',
+    ],
     [
       'no capacity (the controller retries it later)',
       ec2Error('InsufficientInstanceCapacity', 'x', 500),
