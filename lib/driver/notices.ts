@@ -20,6 +20,11 @@ export const VmNoticeKind = {
    * (on AWS: an `impaired` instance or system status check): the VM is not coming back by itself.
    */
   Impaired: 'impaired',
+  /**
+   * The cloud's health checks of a VM it reported impaired pass again: the failure recorded for
+   * it (`withdraws`), if its machine has not been failed for it yet, is withdrawn.
+   */
+  Recovered: 'recovered',
 } as const;
 export type VmNoticeKind = (typeof VmNoticeKind)[keyof typeof VmNoticeKind];
 
@@ -37,6 +42,8 @@ export interface VmNotice {
   deadline?: number;
   /** Rebalance: replace the machine as for an interruption without deadline (opted in). */
   replace?: boolean;
+  /** Recovered: the reason of the failure notice it withdraws (e.g. InstanceImpaired). */
+  withdraws?: string;
 }
 
 /**

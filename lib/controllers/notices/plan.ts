@@ -19,11 +19,14 @@
 //   and its class's launches back off. A stopped or terminated VM is gone with its pods: the
 //   deadline (the notice's time) forces its node's drain. An impaired VM may still run its pods:
 //   its node is drained with evictions while it is Ready, forced only once it is not.
+// - A recovery (the health checks of a VM reported impaired pass again): the failure record is
+//   withdrawn while the machine has not been failed for it (it waited for its deployment's
+//   replacement budget, say, while a zone's VMs recovered); once Failed, it is replaced all the same.
 //
 // A record already there makes the notice a duplicate: what is recorded on the machine, not
 // memory, decides, so a notice delivered again after a restart, or twice, is acted on once.
 
-import { ExtensionAnnotation, NodeConditionType } from '../../api/constants.js';
+import { ExtensionAnnotation, MachinePhase, NodeConditionType } from '../../api/constants.js';
 import { VmNoticeKind, type VmNotice } from '../../driver/notices.js';
 import type { DeepReadonly } from '../../kube/informer.js';
 import type { EventType } from '../../kube/events.js';
@@ -35,6 +38,7 @@ import {
   interruptionDeadlineOf,
   isReplacing,
   isTerminating,
+  phaseOf,
   vmFailureOf,
   type AnyMachine,
 } from '../machines.js';
@@ -52,8 +56,8 @@ export type NoticePlan =
   | { outcome: 'duplicate' | 'ignored'; why: string }
   | {
       outcome: 'acted';
-      /** Machine annotations to set. */
-      annotations?: Record<string, string>;
+      /** Machine annotations to set (null: to remove). */
+      annotations?: Record<string, string | null>;
       /** The machine is deleted (nothing else would replace it). */
       deleteMachine?: boolean;
       /** The node's condition to set. */
@@ -96,7 +100,32 @@ export function planNotice(
       });
     case VmNoticeKind.Impaired:
       return planFailure(m, notice, { vmGone: false, aside: '' });
+    case VmNoticeKind.Recovered:
+      return planRecovery(m, notice);
   }
+}
+
+/** Withdraws the failure record `notice.withdraws` while nothing has been done about it yet. */
+function planRecovery(m: AnyMachine, notice: VmNotice): NoticePlan {
+  const name = m.metadata.name ?? '';
+  const failure = vmFailureOf(m);
+  if (failure === undefined || failure !== notice.withdraws)
+    return { outcome: 'duplicate', why: `machine ${name} has no ${notice.withdraws ?? ''} failure recorded` };
+  if (isTerminating(m)) return { outcome: 'ignored', why: `machine ${name} is being deleted` };
+  if (phaseOf(m) === MachinePhase.Failed)
+    return { outcome: 'ignored', why: `machine ${name} was marked Failed already; it is replaced` };
+  // A deadline beside the failure: a later notice said the VM stopped or ended.
+  if (interruptionDeadlineOf(m) !== undefined)
+    return { outcome: 'ignored', why: `machine ${name}'s VM is gone or going` };
+  return {
+    outcome: 'acted',
+    annotations: { [ExtensionAnnotation.VmFailure]: null },
+    event: {
+      type: 'Normal',
+      reason: notice.reason,
+      message: `${notice.message}: the failure recorded for machine ${name} (${failure}) is withdrawn before it was failed for it; it stays`,
+    },
+  };
 }
 
 function planReplacement(

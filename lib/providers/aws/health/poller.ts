@@ -5,7 +5,9 @@
 // for --aws-impaired-timeout or longer (status.ts) becomes an `impaired` notice to the manager's
 // sink, which records the failure on its machine (the machine controller fails it within its
 // deployment's replacement budget, and the MachineSet replaces it) or answers that it has nothing
-// to do.
+// to do. An instance whose notice was recorded and that a later poll no longer reports impaired is
+// looked at once more (one unfiltered call for all of them): running with its checks passing, it
+// becomes a `recovered` notice, which withdraws the record from a machine not failed for it yet.
 //
 // One call pages through a whole region, whatever the number of machines: two filtered calls per
 // target and poll (filters of different names AND, so `instance-status.status=impaired` and
@@ -38,7 +40,7 @@ import type { Logger } from '../../../observability/logger.js';
 import type { Ec2Api, Ec2ApiFactory } from '../client.js';
 import { credentialsFingerprint, readCredentials, type AwsCredentials } from '../credentials.js';
 import { providerIDOf } from '../driver.js';
-import { awsErrorInfo, toMachineError } from '../errors.js';
+import { INSTANCE_NOT_FOUND_CODES, awsErrorInfo, toMachineError } from '../errors.js';
 import { ImpairmentTracker, describeImpairment, impairedOf, type ImpairedInstance } from './status.js';
 
 /** A target's DescribeInstanceStatus calls of one poll, together, may take this long. */
@@ -60,6 +62,10 @@ const IMPAIRED_FILTERS: Filter[][] = [
 
 /** The reason of the notices (the Machine's event says it). */
 export const IMPAIRED_REASON = 'InstanceImpaired';
+/** The reason of the notices that withdraw an impairment the instance recovered from. */
+export const RECOVERED_REASON = 'InstanceRecovered';
+/** Recovering instances looked at per poll and target, at most (the rest the next poll). */
+const MAX_RECOVERY_IDS = 100;
 
 export interface InstanceHealthSettings {
   /** --aws-instance-status-interval: between two polls; 0 turns the poll off. */
@@ -318,7 +324,14 @@ export class InstanceHealthPoller {
     const impaired = statuses.map(impairedOf).filter((i): i is ImpairedInstance => i !== undefined);
     t.impaired = impaired.length;
     const overdue = t.tracker.update(impaired, this.opts.clock.now());
-    for (const id of [...t.reported.keys()]) if (!t.tracker.impaired.has(id)) t.reported.delete(id);
+    const recovering = [...t.reported]
+      .filter(
+        ([id, outcome]) => !t.tracker.impaired.has(id) && (outcome === 'acted' || outcome === 'duplicate'),
+      )
+      .map(([id]) => id);
+    for (const id of [...t.reported.keys()])
+      if (!t.tracker.impaired.has(id) && !recovering.includes(id)) t.reported.delete(id);
+    await this.withdrawRecovered(t, recovering, stop, log);
     const timeout = formatGoDuration(this.opts.settings.impairedTimeoutMs);
     // A function, not the property: the narrowing of `stop.aborted` would outlive the awaits.
     const stopped = (): boolean => stop.aborted;
@@ -340,6 +353,66 @@ export class InstanceHealthPoller {
       if (outcome === 'acted') log.info('an impaired instance’s machine is marked Failed', fields);
       else if (outcome !== before && outcome !== 'failed')
         log.verbose('an impaired instance asked for nothing new', fields);
+    }
+  }
+
+  /**
+   * Instances whose impairment was recorded on a machine and that this poll no longer reports
+   * impaired: the ones EC2 shows running with no check impaired (one unfiltered call for them all)
+   * have recovered, and their record is withdrawn (a machine that waited for its replacement
+   * budget stays). The others (stopped, gone) are forgotten: their machines go their own way.
+   * Kept for the next poll when EC2 or the sink could not answer.
+   */
+  private async withdrawRecovered(t: Target, ids: string[], stop: AbortSignal, log: Logger): Promise<void> {
+    // A function, not the property: the narrowing of `stop.aborted` would outlive the awaits.
+    const stopped = (): boolean => stop.aborted;
+    if (ids.length === 0 || stopped() || t.api === undefined) return;
+    const api = t.api;
+    let statuses: InstanceStatus[];
+    const linked = linkSignals(stop, AbortSignal.timeout(POLL_TIMEOUT_MS));
+    try {
+      statuses =
+        (await api.describeInstanceStatus({ InstanceIds: ids.slice(0, MAX_RECOVERY_IDS) }, linked.signal))
+          .InstanceStatuses ?? [];
+    } catch (err) {
+      if (stopped()) return;
+      if (INSTANCE_NOT_FOUND_CODES.has(awsErrorInfo(err).code)) {
+        for (const id of ids) t.reported.delete(id);
+        return;
+      }
+      log.verbose('reading the status checks of recovering instances failed; the next poll tries again', {
+        error: awsErrorInfo(err).code,
+      });
+      return;
+    } finally {
+      linked.dispose();
+    }
+    const ok = new Set(
+      statuses
+        .filter((s) => s.InstanceState?.Name === 'running' && impairedOf(s) === undefined)
+        .map((s) => s.InstanceId ?? ''),
+    );
+    for (const id of ids.slice(0, MAX_RECOVERY_IDS)) {
+      if (stopped()) return;
+      if (!ok.has(id)) {
+        t.reported.delete(id);
+        continue;
+      }
+      const notice: VmNotice = {
+        kind: VmNoticeKind.Recovered,
+        providerID: providerIDOf(t.region, id),
+        reason: RECOVERED_REASON,
+        message: `EC2 reports instance ${id}'s status checks no longer impaired`,
+        sentAt: this.opts.clock.now(),
+        withdraws: IMPAIRED_REASON,
+      };
+      const outcome = await this.handle(notice, stop, log);
+      if (stopped() || outcome === 'failed') continue;
+      t.reported.delete(id);
+      if (outcome === 'acted')
+        log.info('an impaired instance recovered before its machine was failed; the record is withdrawn', {
+          instance: id,
+        });
     }
   }
 

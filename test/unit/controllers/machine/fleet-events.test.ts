@@ -76,6 +76,21 @@ describe('MachineController: a zone-wide VM failure stays within the replacement
       await env.settle();
       for (const n of ['c', 'd', 'e']) await mc.reconcile(`default/${n}`, rctx);
       expect(['c', 'd', 'e'].filter((n) => phase(n) === 'Failed')).to.deep.equal(['c']);
+
+      // d's instance recovered before its turn (the poller withdrew the record): it stays Running
+      // and no longer waits; e still does.
+      await env.api.patch(
+        MachineResource,
+        'd',
+        { metadata: { annotations: { 'machine.mcm-ts.io/vm-failure': null } } },
+        { type: 'merge', namespace: 'default' },
+      );
+      await env.settle();
+      await mc.reconcile('default/d', rctx);
+      expect(phase('d')).to.equal('Running');
+      expect(await env.registry.getSingleMetricAsString('mcm_machine_replacements_waiting')).to.contain(
+        'mcm_machine_replacements_waiting{namespace="default",machine_deployment="md"} 1',
+      );
     } finally {
       await env.stop();
     }

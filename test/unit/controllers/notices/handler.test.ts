@@ -137,6 +137,28 @@ describe('VmNoticeHandler: notices recorded on the machines (in-memory API)', ()
     expect(env.recorder.events[0]?.message).to.contain('did not ask for');
   });
 
+  it('withdraws an impairment recorded on a machine not failed yet when its instance recovers: the annotation removed', async () => {
+    const a = withVm('a');
+    a.metadata.annotations = {
+      ...a.metadata.annotations,
+      'machine.mcm-ts.io/vm-failure': 'InstanceImpaired',
+    };
+    await setup(a);
+    const outcome = await handler.handle({
+      kind: VmNoticeKind.Recovered,
+      providerID: `aws:///eu-west-1/${ID}`,
+      reason: 'InstanceRecovered',
+      message: `EC2 reports instance ${ID}'s status checks no longer impaired`,
+      sentAt: now(),
+      withdraws: 'InstanceImpaired',
+    });
+    expect(outcome).to.equal('acted');
+    expect(machineWrites()).to.deep.equal(['patch a']);
+    const after = env.api.peek<Machine>(MachineResource, 'a', NS);
+    expect(after?.metadata.annotations?.['machine.mcm-ts.io/vm-failure']).to.equal(undefined);
+    expect(env.recorder.events[0]?.reason).to.equal('InstanceRecovered');
+  });
+
   it('deletes an interrupted machine no set owns, with a uid precondition', async () => {
     const lone = withVm('a');
     delete lone.metadata.ownerReferences;

@@ -47,6 +47,15 @@ const impaired: VmNotice = {
   sentAt: NOW,
 };
 
+const recovered: VmNotice = {
+  kind: VmNoticeKind.Recovered,
+  providerID: 'aws:///eu-west-1/i-0123456789abcdef0',
+  reason: 'InstanceRecovered',
+  message: "EC2 reports instance i-0123456789abcdef0's status checks no longer impaired",
+  sentAt: NOW,
+  withdraws: 'InstanceImpaired',
+};
+
 const node = (conditions: NonNullable<Node['status']>['conditions'] = []): Node => ({
   metadata: { name: 'n1' },
   status: { conditions },
@@ -237,6 +246,34 @@ const cases: Case[] = [
     m: machine('a', { owner: ms, phase: 'Failed', annotations: { [FAILURE]: 'InstanceImpaired' } }),
     notice: stopped,
     want: { outcome: 'acted', annotations: { [DEADLINE]: iso(NOW - 2_000) } },
+  },
+  {
+    name: 'recovered while waiting for the replacement budget (still Running): the impairment withdrawn',
+    m: machine('a', { owner: ms, phase: 'Running', annotations: { [FAILURE]: 'InstanceImpaired' } }),
+    notice: recovered,
+    want: { outcome: 'acted', annotations: { [FAILURE]: null } },
+  },
+  {
+    name: 'recovered once the machine was Failed for it: ignored (it is replaced all the same)',
+    m: machine('a', { owner: ms, phase: 'Failed', annotations: { [FAILURE]: 'InstanceImpaired' } }),
+    notice: recovered,
+    want: { outcome: 'ignored' },
+  },
+  {
+    name: 'recovered, but a later notice said the VM stopped (a deadline): ignored',
+    m: machine('a', {
+      owner: ms,
+      phase: 'Running',
+      annotations: { [FAILURE]: 'InstanceImpaired', [DEADLINE]: iso(NOW - 2_000) },
+    }),
+    notice: recovered,
+    want: { outcome: 'ignored' },
+  },
+  {
+    name: 'recovered, the failure recorded another one (stopped): nothing to withdraw',
+    m: machine('a', { owner: ms, phase: 'Running', annotations: { [FAILURE]: 'InstanceStopped' } }),
+    notice: recovered,
+    want: { outcome: 'duplicate' },
   },
 ];
 

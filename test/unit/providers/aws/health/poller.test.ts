@@ -231,6 +231,38 @@ describe('InstanceHealthPoller: EC2 status checks polled in the background', () 
     expect(sink.notices).to.have.length(1);
   });
 
+  it('an instance whose impairment was recorded and that EC2 shows ok again: its record is withdrawn (one call for the recovering instances); one that is gone is forgotten', async () => {
+    poller.observeRequest(cls(), secret);
+    poller.start();
+    await poll();
+    const fake = ec2[0];
+    if (fake === undefined) throw new Error('no client');
+    const since = new Date(clock.now() - TIMEOUT);
+    fake.statuses = [running('i-back', 'impaired', since), running('i-gone', 'impaired', since)];
+    await poll();
+    expect(sink.notices.map((n) => n.kind)).to.deep.equal(['impaired', 'impaired']);
+    // i-back passes its checks again; i-gone is no longer running (EC2 lists neither as impaired).
+    fake.statuses = [running('i-back', 'ok')];
+    const callsBefore = fake.calls.length;
+    await poll();
+    expect(
+      fake.calls.slice(callsBefore).map((c) => c.input.InstanceIds),
+      'the two filtered calls, then one for the recovering instances',
+    ).to.deep.equal([undefined, undefined, ['i-back', 'i-gone']]);
+    expect(sink.notices.slice(2)).to.have.length(1);
+    expect(sink.notices[2]).to.deep.include({
+      kind: 'recovered',
+      providerID: 'aws:///eu-west-1/i-back',
+      reason: 'InstanceRecovered',
+      withdraws: 'InstanceImpaired',
+    });
+    // Withdrawn once: the next poll asks nothing more.
+    const after = fake.calls.length;
+    await poll();
+    expect(fake.calls.length - after, 'the two filtered calls only').to.equal(2);
+    expect(sink.notices).to.have.length(3);
+  });
+
   it('EC2’s ImpairedSince counts: an instance impaired long before is handed over at the first poll', async () => {
     poller.observeRequest(cls(), secret);
     poller.start();
