@@ -31,7 +31,14 @@ import {
 } from './errors.js';
 import type { NodeGroup, NodeGroupFlag } from './groups.js';
 import { GrpcServer, type ServerStreamCall, type UnaryCall, type UnaryHandler } from './grpc.js';
-import { carriesTemplate, instanceOf, isRegistered, justReady, machineOfPlaceholder } from './instances.js';
+import {
+  carriesTemplate,
+  instanceOf,
+  isRegistered,
+  joinedAt,
+  justReady,
+  machineOfPlaceholder,
+} from './instances.js';
 import { GroupLookup, type NodeRef } from './lookup.js';
 import { RefusalLog, clientIdentity, describeClient, isAllowedClient } from './authz.js';
 import { autoscalerMetrics, callRecorder, type AutoscalerMetrics, type CallRecorder } from './metrics.js';
@@ -414,7 +421,8 @@ export class AutoscalerServer {
       const own =
         (hasJoined(m) &&
           carriesTemplate(ref.labels, m) &&
-          (a.options === undefined || !justReady(this.lookup.nodeOf(m), this.opts.clock.now()))) ||
+          (a.options === undefined ||
+            !justReady(this.lookup.nodeOf(m), this.opts.clock.now(), joinedAt(m)))) ||
         machineOfPlaceholder(ref.providerID) !== undefined ||
         machineOfPlaceholder(ref.name) !== undefined;
       return own ? a.forNode : notAutoscaled();

@@ -4,6 +4,8 @@ import { expect } from 'chai';
 import { Annotation } from '../../lib/api/constants.js';
 import { MachineDeploymentResource, type MachineDeployment } from '../../lib/api/types.js';
 import { GroupAnnotation } from '../../lib/autoscaler/groups.js';
+import { OptionAnnotation } from '../../lib/autoscaler/options.js';
+import { CoreResources } from '../../lib/kube/resources.js';
 import { decodeNode } from '../../lib/autoscaler/proto.js';
 import type { Manager } from '../../lib/manager.js';
 import { cloudProviderClient, grpcCode, type CloudProviderClient } from '../harness/grpcclient.js';
@@ -213,6 +215,84 @@ describe('autoscaler externalgrpc server (real kube-apiserver, manager with the 
     expect(await groupOf(without), 'without them').to.equal('');
     expect(await groupOf({ ...labels, pool: 'other' }), 'with another value').to.equal('');
     await env.client.delete(MachineDeploymentResource, 'labelled', { namespace: NS });
+  });
+
+  it('in a group that answers options, a node that just joined under a not-ready taint is no group’s, even when its Ready condition is dated a minute back (as kwok dates it)', async () => {
+    // The autoscaler counts a node with the not-ready taint as unready, and in a group that
+    // answers options (MaxNodeStartupTime 0, kubernetes/autoscaler#10245) at once Unready: the
+    // server holds it out until the taint goes, counting from the machine's join when the
+    // kubelet dates the condition earlier. NodeGroupForNode and NodeGroupNodes must agree.
+    await env.createDeployment(
+      'fresh',
+      1,
+      'bare',
+      {},
+      { nodeTemplate: { metadata: { labels: { pool: 'fresh' } } } },
+    );
+    await groupLimits('fresh', '0', '2');
+    await env.client.patch(
+      MachineDeploymentResource,
+      'fresh',
+      { metadata: { annotations: { [OptionAnnotation.ScaleDownUnneededTime]: '10m' } } },
+      { type: 'merge', namespace: NS },
+    );
+    const id = `${NS}/fresh`;
+    // Joined (Running) moments ago. Without a node lifecycle controller here, the node keeps the
+    // not-ready taint the API server put on it when it registered NotReady.
+    const machine = await until('the machine Running', async () => {
+      const m = (await env.machines('fresh'))[0];
+      return m !== undefined && phaseOf(m) === 'Running' ? m : undefined;
+    });
+    const node = (await env.nodes()).find((n) => n.metadata.name === machine.metadata.labels?.node);
+    if (node === undefined) throw new Error('no node');
+    const name = node.metadata.name ?? '';
+    // The node as it looks right after it turned Ready: the taint still on, the condition dated back.
+    await env.client.patch(
+      CoreResources.nodes,
+      name,
+      { spec: { taints: [{ key: 'node.kubernetes.io/not-ready', effect: 'NoSchedule' }] } },
+      { type: 'merge' },
+    );
+    expect(
+      Date.now() - Date.parse(machine.status?.lastOperation?.lastUpdateTime ?? ''),
+      'joined moments ago',
+    ).to.be.below(30_000);
+    const dated = new Date(Date.now() - 120_000).toISOString().replace(/\.\d{3}Z$/, 'Z');
+    await env.client.patch(
+      CoreResources.nodes,
+      name,
+      {
+        status: {
+          conditions: [
+            {
+              type: 'Ready',
+              status: 'True',
+              reason: 'KubeletReady',
+              lastHeartbeatTime: dated,
+              lastTransitionTime: dated,
+            },
+          ],
+        },
+      },
+      { type: 'strategic', subresource: 'status' },
+    );
+    const groupOf = async (): Promise<string> =>
+      (
+        (
+          await ca.call('NodeGroupForNode', {
+            node: { providerID: node.spec?.providerID, name, labels: node.metadata.labels ?? {} },
+          })
+        ).nodeGroup as { id: string }
+      ).id;
+    await until('the server holds the just-joined node out of its group', async () => {
+      const listed = await instances(id);
+      return listed.length === 1 && listed[0]?.status.instanceState === 'instanceCreating';
+    });
+    expect(await groupOf(), 'NodeGroupForNode agrees with NodeGroupNodes').to.equal('');
+    // The taint goes: the node is its group's.
+    await env.client.patch(CoreResources.nodes, name, { spec: { taints: [] } }, { type: 'merge' });
+    await until('the node counted again', async () => (await groupOf()) === id);
+    await env.client.delete(MachineDeploymentResource, 'fresh', { namespace: NS });
   });
 
   it('IncreaseSize raises replicas with read-your-writes TargetSize and refuses beyond max, bad deltas and unknown groups', async () => {
