@@ -387,4 +387,88 @@ describe('AWS instance health without a queue (real kube-apiserver and kwok; mot
     expect((await eventsOf(name)).map((e) => e.reason)).to.not.include('InstanceImpaired');
     expect(await metric('mcm_aws_impaired_instance_notices_total'), 'no notice').to.equal(noticesBefore);
   });
+
+  it('of two instances impaired at once, the one waiting for the replacement budget keeps its machine when EC2 reports it ok again: the record withdrawn, no replacement', async () => {
+    const fleet = await until('4 Running machines with Ready nodes', () => runningFleet(4), 120_000);
+    const [a, b] = fleet;
+    if (a === undefined || b === undefined) throw new Error('no machines');
+    const names = [a.metadata.name ?? '', b.metadata.name ?? ''];
+    // A pod on each of the two nodes under a PodDisruptionBudget that no disruption controller
+    // (there is no kube-controller-manager here) has processed: every eviction is refused, so the
+    // drain of the one failed first holds it in replacement, and the budget of 1 stays in use for
+    // as long as the test needs.
+    await env.client.create(CoreResources.podDisruptionBudgets, {
+      apiVersion: 'policy/v1',
+      kind: 'PodDisruptionBudget',
+      metadata: { name: 'hold', namespace: NS },
+      spec: { maxUnavailable: 0, selector: { matchLabels: { app: 'hold' } } },
+    });
+    for (const m of [a, b])
+      await env.client.create(CoreResources.pods, {
+        apiVersion: 'v1',
+        kind: 'Pod',
+        metadata: { name: `hold-${m.metadata.name ?? ''}`, namespace: NS, labels: { app: 'hold' } },
+        spec: {
+          nodeName: m.metadata.labels?.node ?? '',
+          terminationGracePeriodSeconds: 0,
+          containers: [{ name: 'hold', image: 'registry.invalid/hold:1' }],
+        },
+      });
+    const log = new MachineLog();
+    await log.start(env);
+    const since = new Date(Date.now() - 600_000);
+    proxy.rule({
+      action: 'DescribeInstanceStatus',
+      rewrite: (xml) => impairedStatus(xml, new Set([idOf(a), idOf(b)]), { since }),
+    });
+    const byName = async (n: string): Promise<Machine | undefined> =>
+      unlessNotFound(env.client.get<Machine>(MachineResource, n, NS));
+    // One Failed, the other recorded and waiting for the budget (it said so).
+    const [failed, waiting] = await until(
+      'one machine Failed, the other waiting for the budget',
+      async () => {
+        const ms = await Promise.all(names.map(byName));
+        const f = ms.find(
+          (m) => m !== undefined && (phaseOf(m) === 'Failed' || m.metadata.deletionTimestamp !== undefined),
+        );
+        const w = ms.find((m) => m !== undefined && m !== f);
+        if (f === undefined || w === undefined) return undefined;
+        if (w.metadata.annotations?.['machine.mcm-ts.io/vm-failure'] !== 'InstanceImpaired') return undefined;
+        const said = (await eventsOf(w.metadata.name ?? '')).some(
+          (e) => e.reason === 'ReplacementBudgetExhausted',
+        );
+        return said ? ([f, w] as const) : undefined;
+      },
+      60_000,
+    );
+    const waitingName = waiting.metadata.name ?? '';
+    // EC2 reports the waiting one's checks passing again (the failed one stays impaired).
+    proxy.clearRules();
+    proxy.rule({
+      action: 'DescribeInstanceStatus',
+      rewrite: (xml) => impairedStatus(xml, new Set([idOf(failed)]), { since }),
+    });
+    await until(
+      `${waitingName}'s record withdrawn`,
+      async () =>
+        (await byName(waitingName))?.metadata.annotations?.['machine.mcm-ts.io/vm-failure'] === undefined,
+      20_000,
+    );
+    expect((await eventsOf(waitingName)).map((e) => e.reason)).to.include('InstanceRecovered');
+    // The failed one may go now: its drain is let through, and the fleet is whole again.
+    await env.client.delete(CoreResources.podDisruptionBudgets, 'hold', { namespace: NS });
+    const failedName = failed.metadata.name ?? '';
+    await until(
+      `${failedName} deleted and 4 Running machines again`,
+      async () => (await gone(failedName)) && runningFleet(4),
+      120_000,
+    );
+    await log.close();
+    expect(log.deleted.has(waitingName), `${waitingName} not deleted`).to.equal(false);
+    expect([...(log.phases.get(waitingName) ?? [])], `${waitingName} only Running`).to.deep.equal([
+      'Running',
+    ]);
+    expect(log.created.size, 'one replacement: the failed machine’s').to.equal(1);
+    await env.client.delete(CoreResources.pods, `hold-${waitingName}`, { namespace: NS });
+  });
 });
