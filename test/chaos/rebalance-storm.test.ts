@@ -129,8 +129,11 @@ describe(`chaos 9: a rebalance recommendation for all ${MACHINES} spot machines 
     for (const m of victims)
       await queue.send(rebalanceRecommendation(instanceIdOf(m.spec?.providerID ?? '')));
 
+    // Replaced: every machine Running on a new instance, and every recommended one gone.
+    const victimNames = new Set(victims.map((m) => m.metadata.name ?? ''));
     const replaced = async (): Promise<boolean> =>
-      (await running())?.every((m) => !victimIds.has(instanceIdOf(m.spec?.providerID ?? ''))) === true;
+      (await running())?.every((m) => !victimIds.has(instanceIdOf(m.spec?.providerID ?? ''))) === true &&
+      (await env.machines(POOL)).every((m) => !victimNames.has(m.metadata.name ?? ''));
     /** What the machines and the deployment say, for a failure message. */
     const state = async (): Promise<string> => {
       const ms = await env.machines(POOL);

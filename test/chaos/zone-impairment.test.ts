@@ -181,11 +181,15 @@ describe(`chaos 8: a zone's ${PER_ZONE} instances impaired at once, their nodes 
         impairedStatus(xml, victimIds, { checks: ['systemStatus'], since: new Date(t0 - 600_000) }),
     });
 
+    // Replaced: the zone's machines Running on new instances, every impaired one's machine gone
+    // (its instance terminated with it), the pods Ready.
+    const victimNames = new Set(victims.map((m) => m.metadata.name ?? ''));
     const replaced = async (): Promise<boolean> => {
       const ms = await running(impairedZone);
       return (
         ms !== undefined &&
         ms.every((m) => !victimIds.has(instanceIdOf(m.spec?.providerID ?? ''))) &&
+        (await env.machines(group)).every((m) => !victimNames.has(m.metadata.name ?? '')) &&
         (await pods()).filter(podReady).length === PODS
       );
     };
