@@ -20,14 +20,14 @@ import { freePort, removeOnExit } from '../harness/process.js';
 import { autoscalerUnavailableReason, newestAutoscalerVersion } from '../harness/tools.js';
 import { NS, nodeTemplate } from '../integration/env/lifecycle.js';
 import { until } from '../integration/env/until.js';
-import { ChaosEnv, expectClean, size } from './env.js';
+import { ChaosEnv, expectClean, fullRunOnly, size } from './env.js';
 import { recordNotRun } from './results.js';
 import { AppsDeployments, nodeFillingDeployment } from '../harness/workload.js';
 import { CoreResources } from '../../lib/kube/resources.js';
 
 const version = newestAutoscalerVersion();
 
-describe(`chaos 6: cluster-autoscaler ${version} scaling during a rollout`, function () {
+fullRunOnly(`chaos 6: cluster-autoscaler ${version} scaling during a rollout`, function () {
   this.timeout(900_000);
   let env: ChaosEnv | undefined;
   let ca: Autoscaler | undefined;

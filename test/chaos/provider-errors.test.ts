@@ -4,9 +4,9 @@
 
 import { expect } from 'chai';
 
-import { ChaosEnv, expectExactly, size } from './env.js';
+import { ChaosEnv, expectExactly, fullRunOnly, size } from './env.js';
 
-describe('chaos 4: 30 % provider errors and 2 s latency', function () {
+fullRunOnly('chaos 4: 30 % provider errors and 2 s latency', function () {
   this.timeout(900_000);
   let env: ChaosEnv | undefined;
   const up = size(40, 16);

@@ -221,8 +221,9 @@ describe('expiry and disruption budgets (real kube-apiserver, the whole manager 
       strategy: { type: 'RollingUpdate', rollingUpdate: { maxSurge: 1, maxUnavailable: 0 } },
     });
     await runningMachines(env, app, 2);
-    // A 10-minute window opening at the next full minute that is at least 40 s away (UTC).
-    const opens = new Date(Math.ceil((Date.now() + 40_000) / 60_000) * 60_000);
+    // A 10-minute window opening at the next full minute that is at least 20 s away (UTC): time
+    // for the condition to say it is closed first.
+    const opens = new Date(Math.ceil((Date.now() + 20_000) / 60_000) * 60_000);
     const cron = `${opens.getUTCMinutes()} ${opens.getUTCHours()} * * *`;
     const watch = new ExpiryWatch(() => false);
     await watch.start(env, app);
