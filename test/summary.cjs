@@ -2,8 +2,8 @@
 // Prints the test results that summary-reporter.cjs appended to a file (one JSON line per mocha
 // run): one line per expected suite ("unit: 849 passed, 0 failed, 0 skipped", or "e2e: not run"
 // when the suite left no result because it could not start or crashed before its end), each followed
-// by the names of its skipped tests, then the total as the last line: "N passed, N failed[, N skipped]". Exits 1 when a suite failed or did
-// not run. Plain CommonJS with no dependency, so it works even when the build did not.
+// by the names of its skipped tests, then the total as the last line: "N passed, N failed[, N skipped]". Exits 1 when a suite failed, did
+// not run, or ran no test. Plain CommonJS with no dependency, so it works even when the build did not.
 //   node test/summary.cjs <results-file> <suite> [<suite> …]
 const fs = require('node:fs');
 
@@ -32,7 +32,14 @@ for (const suite of [...suites, ...[...bySuite.keys()].filter((s) => !suites.inc
     ok = false;
     continue;
   }
-  console.log(`${suite}: ${t.passed} passed, ${t.failed} failed, ${t.skipped} skipped`);
+  // A suite that ran no test at all (a wrong spec glob, a build that emitted nothing) proves
+  // nothing: it fails, and says so.
+  const empty = t.passed + t.failed + t.skipped === 0;
+  console.log(
+    `${suite}: ${t.passed} passed, ${t.failed} failed, ${t.skipped} skipped` +
+      (empty ? ' (no test ran)' : ''),
+  );
+  if (empty) ok = false;
   // A skip is never silent: each skipped test is named under its suite's line.
   for (const title of t.skippedTests) console.log(`  skipped: ${title}`);
   if (t.failed > 0) ok = false;

@@ -46,8 +46,11 @@ function started(
   args: string[],
   env: NodeJS.ProcessEnv,
 ): { pid: number; output: () => string; exited: Promise<number | null> } {
+  // Without the caller's NODE_OPTIONS and NODE_NO_WARNINGS: either could silence the very warnings
+  // this suite looks for (--no-warnings, --no-deprecation), and the test would pass vacuously.
+  const { NODE_OPTIONS: _options, NODE_NO_WARNINGS: _quiet, ...inherited } = process.env;
   const child = spawn(process.execPath, [path.join(repoRoot, 'dist', 'cmd', script), ...args], {
-    env: { ...process.env, ...env },
+    env: { ...inherited, ...env },
     detached: true,
     stdio: ['ignore', 'pipe', 'pipe'],
   });

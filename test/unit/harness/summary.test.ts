@@ -50,6 +50,22 @@ describe('test summary (npm test, .ci/run)', () => {
     expect(r.status).to.equal(1);
   });
 
+  it('fails when a suite ran no test at all, and says so', () => {
+    const r = summarize(
+      [
+        { suite: 'unit', passed: 3, failed: 0, skipped: 0 },
+        { suite: 'chaos', passed: 0, failed: 0, skipped: 0 },
+      ],
+      ['unit', 'chaos'],
+    );
+    expect(r.out).to.deep.equal([
+      'unit: 3 passed, 0 failed, 0 skipped',
+      'chaos: 0 passed, 0 failed, 0 skipped (no test ran)',
+      '3 passed, 0 failed',
+    ]);
+    expect(r.status).to.equal(1);
+  });
+
   it('succeeds when every suite ran and passed, summing repeated runs of a suite and naming skips', () => {
     const r = summarize(
       [
