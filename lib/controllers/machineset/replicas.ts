@@ -39,7 +39,6 @@ export interface ReplicaPlan<M extends AnyMachine> {
   recheckAt?: number;
 }
 
-/** Phases of a machine whose creation is failing: it stands in for no interrupted machine. */
 /** Phases of a machine on its way up (created, not failing, not joined yet). */
 const ON_THE_WAY_UP: ReadonlySet<string> = new Set<string>([MachinePhase.Creating, MachinePhase.Pending]);
 
