@@ -1,6 +1,7 @@
 'use strict';
 // Mocha reporter: prints like "spec" and, when MCM_TEST_RESULTS is set, appends the run's real
-// counts as one JSON line to that file, so .ci/run can print "N passed, N failed, N skipped".
+// counts as one JSON line to that file, so .ci/run can print "N passed, N failed, N skipped", with
+// the names of the skipped and failed tests (a failure is named again at the end of a long log).
 const fs = require('node:fs');
 const Mocha = require('mocha');
 
@@ -12,8 +13,14 @@ class SummaryReporter extends Mocha.reporters.Spec {
     const counts = { passed: 0, failed: 0, skipped: 0 };
     /** The full titles of the skipped tests, so the summary can name them. */
     const skippedTests = [];
+    /** The full titles of the failed tests (hooks included) and the first line of each error. */
+    const failedTests = [];
     runner.on(EVENT_TEST_PASS, () => counts.passed++);
-    runner.on(EVENT_TEST_FAIL, () => counts.failed++);
+    runner.on(EVENT_TEST_FAIL, (test, err) => {
+      counts.failed++;
+      const message = String((err && err.message) || err || '').split('\n')[0].slice(0, 300);
+      failedTests.push(`${test.fullTitle()}: ${message}`);
+    });
     runner.on(EVENT_TEST_PENDING, (test) => {
       counts.skipped++;
       skippedTests.push(test.fullTitle());
@@ -22,7 +29,7 @@ class SummaryReporter extends Mocha.reporters.Spec {
       const file = process.env.MCM_TEST_RESULTS;
       if (file) {
         const suite = process.env.MCM_TEST_SUITE || 'tests';
-        fs.appendFileSync(file, JSON.stringify({ suite, ...counts, skippedTests }) + '\n');
+        fs.appendFileSync(file, JSON.stringify({ suite, ...counts, skippedTests, failedTests }) + '\n');
       }
     });
   }

@@ -2,7 +2,7 @@
 // Prints the test results that summary-reporter.cjs appended to a file (one JSON line per mocha
 // run): one line per expected suite ("unit: 849 passed, 0 failed, 0 skipped", or "e2e: not run"
 // when the suite left no result because it could not start or crashed before its end), each followed
-// by the names of its skipped tests, then the total as the last line: "N passed, N failed[, N skipped]". Exits 1 when a suite failed, did
+// by the names of its skipped and failed tests, then the total as the last line: "N passed, N failed[, N skipped]". Exits 1 when a suite failed, did
 // not run, or ran no test. Plain CommonJS with no dependency, so it works even when the build did not.
 //   node test/summary.cjs <results-file> <suite> [<suite> …]
 const fs = require('node:fs');
@@ -16,11 +16,12 @@ const text = fs.existsSync(file) ? fs.readFileSync(file, 'utf8') : '';
 const bySuite = new Map();
 for (const line of text.split('\n').filter(Boolean)) {
   const r = JSON.parse(line);
-  const t = bySuite.get(r.suite) ?? { passed: 0, failed: 0, skipped: 0, skippedTests: [] };
+  const t = bySuite.get(r.suite) ?? { passed: 0, failed: 0, skipped: 0, skippedTests: [], failedTests: [] };
   t.passed += r.passed;
   t.failed += r.failed;
   t.skipped += r.skipped;
   t.skippedTests.push(...(r.skippedTests ?? []));
+  t.failedTests.push(...(r.failedTests ?? []));
   bySuite.set(r.suite, t);
 }
 const total = { passed: 0, failed: 0, skipped: 0 };
@@ -42,6 +43,8 @@ for (const suite of [...suites, ...[...bySuite.keys()].filter((s) => !suites.inc
   if (empty) ok = false;
   // A skip is never silent: each skipped test is named under its suite's line.
   for (const title of t.skippedTests) console.log(`  skipped: ${title}`);
+  // A failure is named again here, at the end of a long log, with its error's first line.
+  for (const title of t.failedTests) console.log(`  failed: ${title}`);
   if (t.failed > 0) ok = false;
   total.passed += t.passed;
   total.failed += t.failed;

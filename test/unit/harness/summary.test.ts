@@ -81,6 +81,45 @@ describe('test summary (npm test, .ci/run)', () => {
     ]);
     expect(r.status).to.equal(0);
   });
+  it("names each failed test with its error's first line under its suite, so the end of a long log shows what failed", function () {
+    this.timeout(30_000);
+    const dir = mkdtempSync(path.join(tmpdir(), 'mcm-reporter-'));
+    try {
+      const spec = path.join(dir, 'spec.cjs');
+      const results = path.join(dir, 'results');
+      writeFileSync(
+        spec,
+        "describe('group', () => {\n" +
+          "  it('passes', () => {});\n" +
+          "  it('times out', () => { throw new Error('timed out waiting for x\\nsecond line'); });\n" +
+          '});\n',
+      );
+      spawnSync(
+        process.execPath,
+        [
+          path.join(repoRoot, 'node_modules', 'mocha', 'bin', 'mocha.js'),
+          '--no-config',
+          '--reporter',
+          path.join(repoRoot, 'test', 'summary-reporter.cjs'),
+          spec,
+        ],
+        { encoding: 'utf8', env: { ...process.env, MCM_TEST_RESULTS: results, MCM_TEST_SUITE: 'demo' } },
+      );
+      const lines = readFileSync(results, 'utf8')
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l) as object);
+      const r = summarize(lines, ['demo']);
+      expect(r.out).to.deep.equal([
+        'demo: 1 passed, 1 failed, 0 skipped',
+        '  failed: group times out: timed out waiting for x',
+        '1 passed, 1 failed',
+      ]);
+      expect(r.status).to.equal(1);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
 });
 
 describe('mocha configuration of every suite', () => {
