@@ -18,7 +18,9 @@ class SummaryReporter extends Mocha.reporters.Spec {
     runner.on(EVENT_TEST_PASS, () => counts.passed++);
     runner.on(EVENT_TEST_FAIL, (test, err) => {
       counts.failed++;
-      const message = String((err && err.message) || err || '').split('\n')[0].slice(0, 300);
+      const message = String((err && err.message) || err || '')
+        .split('\n')[0]
+        .slice(0, 300);
       failedTests.push(`${test.fullTitle()}: ${message}`);
     });
     runner.on(EVENT_TEST_PENDING, (test) => {
