@@ -1,6 +1,7 @@
 // The price book of the externalgrpc server: answers PricingNodePrice and PricingPodPrice from the
 // manager's caches and the providers' in-memory prices (never a cloud call on the autoscaler's
-// path), and exports each group's price as a metric.
+// path), a notional price from its size for a group nothing prices, and exports each group's price
+// as a metric.
 
 import { Gauge, type Registry } from 'prom-client';
 
@@ -11,13 +12,16 @@ import type { SharedInformers } from '../controllers/context.js';
 import type { NodePriceAnswer, NodePriceRequest } from '../driver/registry.js';
 import type { EventRecorder } from '../kube/events.js';
 import type { DeepReadonly } from '../kube/informer.js';
+import type { Node } from '../kube/types.js';
 import { WellKnownLabel } from '../kube/wellknown.js';
 import type { Logger } from '../observability/logger.js';
 import { invalidArgument, notFound, type GrpcStatusError } from './errors.js';
 import type { NodeGroup } from './groups.js';
 import type { GroupLookup, NodeRef } from './lookup.js';
 import {
+  NOTIONAL_RATES,
   PRICE_ANNOTATION,
+  notionalPricePerHour,
   podPricePerHour,
   priceOverride,
   windowHours,
@@ -46,6 +50,16 @@ interface Priced {
   pricePerHour: number;
   currency: string;
   source: string;
+  /** Set when no annotation nor provider prices it: the price follows its cpu and memory. */
+  notional?: boolean;
+}
+type PriceAnswer = Priced | { unknown: string };
+
+/** A node's size in cores and bytes: capacity prices it, allocatable holds pods. */
+interface Shape {
+  capacity: { cpu: number; memory: number };
+  allocatable: { cpu: number; memory: number };
+  from: string;
 }
 
 export class PriceBook {
@@ -59,27 +73,44 @@ export class PriceBook {
     for (const informer of [opts.informers.machineDeployments, opts.informers.machineClasses]) {
       informer.addHandler({ onAdd: dirty, onUpdate: dirty, onDelete: dirty });
     }
-    const groupPrices = (): { group: string; pricePerHour: number; currency: string }[] =>
+    // A group without a nodeTemplate is sized by its nodes: a node that comes or goes may change it
+    // (a node's size does not change while it lives, so its updates, heartbeats mostly, do not).
+    opts.informers.nodes?.addHandler({ onAdd: dirty, onDelete: dirty });
+    const groupPrices = (): { group: string; pricePerHour: number; currency: string; notional: boolean }[] =>
       this.opts.lookup.groups().flatMap((g) => {
         const p = this.groupPrice(g);
         return 'pricePerHour' in p
-          ? [{ group: g.id, pricePerHour: p.pricePerHour, currency: p.currency }]
+          ? [
+              {
+                group: g.id,
+                pricePerHour: p.pricePerHour,
+                currency: p.currency,
+                notional: p.notional === true,
+              },
+            ]
           : [];
       });
     new Gauge({
       name: 'mcm_autoscaler_node_group_price_per_hour',
-      help: 'Price of one node of a group per hour, as the price expander is told (currency as the provider prices; "" for the price-per-hour annotation). Groups without a price have no series.',
-      labelNames: ['node_group', 'currency'],
+      help: 'Price of one node of a group per hour, as the price expander is told (currency as the provider prices; "" for the price-per-hour annotation; notional="true" when neither prices the group and the price is its cpu and memory at the notional rates). Groups with no price and no size have no series.',
+      labelNames: ['node_group', 'currency', 'notional'],
       registers: [opts.registry],
       collect() {
         this.reset();
         for (const p of groupPrices())
-          this.set({ node_group: p.group, currency: p.currency }, p.pricePerHour);
+          this.set(
+            { node_group: p.group, currency: p.currency, notional: String(p.notional) },
+            p.pricePerHour,
+          );
       },
     });
   }
 
-  /** PricingNodePrice: the node's price over [start, end]. */
+  /**
+   * PricingNodePrice: the node's price over [start, end]. A node no annotation nor provider prices
+   * gets its notional price (NOTIONAL_RATES), so the price expander never drops its group; NOT_FOUND
+   * only for a node that is not ours or whose size nothing says.
+   */
   nodePrice(
     node: NodeRef & { annotations: Readonly<Record<string, string>> },
     startMs: number,
@@ -90,37 +121,39 @@ export class PriceBook {
     const target = this.resolve(node);
     if ('unknown' in target)
       return notFound(`no price for node ${node.name || node.providerID}: ${target.unknown}`);
-    const p = this.hourly(target.mcd, target.cls, node.labels);
+    const p = this.price(target.mcd, target.cls, node.labels, target.node, true);
     if ('unknown' in p) return notFound(`no price for node ${node.name || node.providerID}: ${p.unknown}`);
     return p.pricePerHour * hours;
   }
 
-  /** PricingPodPrice: the pod's share of the most cost-efficient group's node over [start, end]. */
+  /**
+   * PricingPodPrice: the pod's share of the most cost-efficient group's node over [start, end]:
+   * among the priced groups, or the notionally priced ones when no group has a price, or the pod's
+   * own cpu and memory at the notional rates when no group has a size.
+   */
   podPrice(pod: PodRequests, startMs: number, endMs: number): number | GrpcStatusError {
     const hours = windowHours(startMs, endMs);
     if (hours === undefined) return invalidArgument('the price window must have a start and an end after it');
-    const perHour = podPricePerHour(pod, this.pricedShapes());
-    if (perHour === undefined) {
-      return notFound(
-        'no node group has both a price and a nodeTemplate with cpu and memory, so pods have no price',
-      );
-    }
+    const perHour =
+      podPricePerHour(pod, this.pricedShapes()) ?? notionalPricePerHour(pod.cpu, pod.memory) ?? 0;
     return perHour * hours;
   }
 
   /** The price per hour of a new node of the group (its template), for metrics. */
-  groupPrice(g: NodeGroup): NodePriceAnswer {
+  groupPrice(g: NodeGroup): PriceAnswer {
     const mcd = this.opts.lookup.deployment(g);
     if (mcd === undefined) return { unknown: `machine deployment ${g.id} does not exist` };
     const cls = this.classOf(mcd);
     if (cls === undefined) return { unknown: `the MachineClass of ${g.id} does not exist` };
-    return this.hourly(mcd, cls, templateLabels(cls));
+    return this.price(mcd, cls, templateLabels(cls), undefined, false);
   }
 
   /** The deployment and class that price a node: its machine's, else the template's group. */
   private resolve(
     node: NodeRef & { annotations: Readonly<Record<string, string>> },
-  ): { mcd: RDeployment | undefined; cls: RClass } | { unknown: string } {
+  ):
+    | { mcd: RDeployment | undefined; cls: RClass; node?: DeepReadonly<Node> | undefined }
+    | { unknown: string } {
     const { lookup } = this.opts;
     const m = lookup.machineForNode(node);
     if (m !== undefined) {
@@ -130,7 +163,7 @@ export class PriceBook {
       const cls = this.opts.informers.machineClasses.get(m.metadata.namespace, clsName);
       if (cls === undefined)
         return { unknown: `MachineClass ${clsName} of machine ${m.metadata.name ?? ''} does not exist` };
-      return { mcd, cls };
+      return { mcd, cls, node: lookup.nodeOf(m) };
     }
     const id = node.annotations[TEMPLATE_GROUP_ANNOTATION] ?? TEMPLATE_NODE_NAME.exec(node.name)?.[1];
     if (id === undefined)
@@ -146,6 +179,58 @@ export class PriceBook {
   private classOf(mcd: RDeployment): RClass | undefined {
     const name = mcd.spec?.template.spec?.class?.name ?? '';
     return this.opts.informers.machineClasses.get(mcd.metadata.namespace, name);
+  }
+
+  /**
+   * The real price (hourly), else the notional price of the node's size: the node's own when it is
+   * known, else its group's (the class's nodeTemplate, else a node of the group). `report` tells the
+   * deployment's owner, once per price and reason, that the price expander is told a notional price.
+   */
+  private price(
+    mcd: RDeployment | undefined,
+    cls: RClass,
+    labels: Readonly<Record<string, string>>,
+    node: DeepReadonly<Node> | undefined,
+    report: boolean,
+  ): PriceAnswer {
+    const p = this.hourly(mcd, cls, labels);
+    if ('pricePerHour' in p) return p;
+    const shape = (node === undefined ? undefined : nodeShape(node)) ?? this.groupShape(mcd, cls);
+    const notional =
+      shape === undefined ? undefined : notionalPricePerHour(shape.capacity.cpu, shape.capacity.memory);
+    if (shape === undefined || notional === undefined) {
+      return {
+        unknown: `${p.unknown}, and neither a nodeTemplate nor a node of the group says its cpu and memory for a notional price`,
+      };
+    }
+    if (report && mcd !== undefined) this.reportNotional(mcd, p.unknown, notional, shape);
+    return {
+      pricePerHour: notional,
+      currency: 'USD',
+      source: `notional: ${shape.from} at ${NOTIONAL_RATES.source}`,
+      notional: true,
+    };
+  }
+
+  /** The size of a node of the group: the class's nodeTemplate, else the first node of the group. */
+  private groupShape(mcd: RDeployment | undefined, cls: RClass): Shape | undefined {
+    const t = cls.nodeTemplate;
+    if (t !== undefined) {
+      const { capacity, allocatable } = nodeTemplateResources(t, { virtualCapacity: false });
+      const shape = sized(
+        capacity,
+        allocatable,
+        `the nodeTemplate of MachineClass ${cls.metadata.name ?? ''}`,
+      );
+      if (shape !== undefined) return shape;
+    }
+    if (mcd === undefined) return undefined;
+    for (const m of this.opts.lookup.machines(mcd)) {
+      const n = this.opts.lookup.nodeOf(m);
+      const shape = n === undefined ? undefined : nodeShape(n);
+      if (shape !== undefined) return shape;
+    }
+    return undefined;
   }
 
   /** Override on the deployment, else on the class, else the provider's price. */
@@ -176,31 +261,83 @@ export class PriceBook {
   /** Tells the owner of a bad price annotation once per object version (event and log). */
   private report(obj: RDeployment | RClass, problem: string): void {
     const key = `${obj.metadata.uid ?? ''}/${obj.metadata.resourceVersion ?? ''}/${problem}`;
-    if (this.reported.has(key)) return;
-    if (this.reported.size > 1000) this.reported.clear();
-    this.reported.add(key);
+    if (!this.firstTime(key)) return;
     this.opts.logger.warn('price annotation ignored', { problem });
     this.opts.recorder?.event(obj, 'Warning', 'InvalidPriceAnnotation', `${problem}; it is ignored`);
   }
 
-  /** Every served group's template shape with its price (rebuilt when a deployment or class changes). */
+  /**
+   * Tells the owner of a deployment the price expander prices notionally, once per price and
+   * reason (a deployment's version changes with every scale; the price does not).
+   */
+  private reportNotional(mcd: RDeployment, why: string, pricePerHour: number, shape: Shape): void {
+    const price = pricePerHour.toFixed(6);
+    if (!this.firstTime(`${mcd.metadata.uid ?? ''}/notional/${price}/${why}`)) return;
+    const size = `${shape.capacity.cpu} vCPU and ${(shape.capacity.memory / 1024 ** 3).toFixed(2)} GiB`;
+    this.opts.logger.info('node group priced notionally', {
+      node_group: `${mcd.metadata.namespace ?? ''}/${mcd.metadata.name ?? ''}`,
+      price_per_hour: Number(price),
+    });
+    this.opts.recorder?.event(
+      mcd,
+      'Warning',
+      'NotionalPrice',
+      `${why}: the price expander is told a notional ${price} per hour (${size} from ${shape.from}, at ${NOTIONAL_RATES.source}); set ${PRICE_ANNOTATION} to price it`,
+    );
+  }
+
+  private firstTime(key: string): boolean {
+    if (this.reported.has(key)) return false;
+    if (this.reported.size > 1000) this.reported.clear();
+    this.reported.add(key);
+    return true;
+  }
+
+  /**
+   * Every served group's size with its price (rebuilt when a deployment, class or node comes or
+   * changes): the groups with a real price, or, when none has one, every group at its notional price.
+   */
   private pricedShapes(): PricedShape[] {
     if (this.shapes !== undefined) return this.shapes;
-    const shapes: PricedShape[] = [];
+    const real: PricedShape[] = [];
+    const notional: PricedShape[] = [];
     for (const g of this.opts.lookup.groups()) {
       const mcd = this.opts.lookup.deployment(g);
       const cls = mcd === undefined ? undefined : this.classOf(mcd);
-      if (mcd === undefined || cls?.nodeTemplate === undefined) continue;
+      if (mcd === undefined || cls === undefined) continue;
+      const shape = this.groupShape(mcd, cls);
+      if (shape === undefined || shape.allocatable.cpu <= 0 || shape.allocatable.memory <= 0) continue;
+      const { cpu, memory } = shape.allocatable;
       const p = this.hourly(mcd, cls, templateLabels(cls));
-      if (!('pricePerHour' in p)) continue;
-      const { allocatable } = nodeTemplateResources(cls.nodeTemplate, { virtualCapacity: false });
-      const cpu = cores(allocatable.cpu);
-      const memory = cores(allocatable.memory);
-      if (cpu > 0 && memory > 0) shapes.push({ group: g.id, pricePerHour: p.pricePerHour, cpu, memory });
+      if ('pricePerHour' in p) {
+        real.push({ group: g.id, pricePerHour: p.pricePerHour, cpu, memory });
+        continue;
+      }
+      const n = notionalPricePerHour(shape.capacity.cpu, shape.capacity.memory);
+      if (n !== undefined) notional.push({ group: g.id, pricePerHour: n, cpu, memory });
     }
-    this.shapes = shapes;
-    return shapes;
+    this.shapes = real.length > 0 ? real : notional;
+    return this.shapes;
   }
+}
+
+/** The size of a node from its status (allocatable defaults to capacity); undefined without one. */
+function nodeShape(n: DeepReadonly<Node>): Shape | undefined {
+  const capacity = n.status?.capacity ?? {};
+  return sized(capacity, { ...capacity, ...(n.status?.allocatable ?? {}) }, `node ${n.metadata.name ?? ''}`);
+}
+
+function sized(
+  capacity: Readonly<Record<string, string>>,
+  allocatable: Readonly<Record<string, string>>,
+  from: string,
+): Shape | undefined {
+  const shape = {
+    capacity: { cpu: cores(capacity.cpu), memory: cores(capacity.memory) },
+    allocatable: { cpu: cores(allocatable.cpu), memory: cores(allocatable.memory) },
+    from,
+  };
+  return shape.capacity.cpu > 0 || shape.capacity.memory > 0 ? shape : undefined;
 }
 
 /** A quantity as a plain number of its unit (cores, bytes); 0 when absent or unreadable. */

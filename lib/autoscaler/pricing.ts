@@ -29,6 +29,29 @@ export function priceOverride(
   return { pricePerHour: v, currency: '', source: `${PRICE_ANNOTATION} on ${where}` };
 }
 
+/**
+ * The notional price of a node or a pod the providers do not price and no annotation prices: its
+ * vCPUs and memory at AWS Fargate's published on-demand rates (Linux/x86, us-east-1: USD 0.04048
+ * per vCPU-hour and USD 0.004445 per GB-hour, GB counted as GiB). A price proportional to the
+ * resources keeps the price expander choosing the smaller shape, and a real price of a similar
+ * shape is in the same range, so a priced group still competes fairly with an unpriced one.
+ */
+export const NOTIONAL_RATES = {
+  perVcpuHour: 0.04048,
+  perGiBHour: 0.004445,
+  source: 'AWS Fargate on-demand rates (Linux/x86, us-east-1): 0.04048 per vCPU-hour, 0.004445 per GiB-hour',
+} as const;
+
+const GIB = 1024 ** 3;
+
+/** The notional price per hour of `cpu` cores and `memory` bytes; undefined when both are 0. */
+export function notionalPricePerHour(cpu: number, memory: number): number | undefined {
+  if (!(cpu > 0) && !(memory > 0)) return undefined;
+  return (
+    Math.max(cpu, 0) * NOTIONAL_RATES.perVcpuHour + (Math.max(memory, 0) / GIB) * NOTIONAL_RATES.perGiBHour
+  );
+}
+
 /** Hours between two instants (the autoscaler asks for now → now + 1 h); undefined if end < start. */
 export function windowHours(startMs: number, endMs: number): number | undefined {
   if (!Number.isFinite(startMs) || !Number.isFinite(endMs) || endMs < startMs) return undefined;

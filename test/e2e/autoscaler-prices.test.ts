@@ -23,6 +23,7 @@ import {
 } from '../../lib/api/types.js';
 import { GroupAnnotation } from '../../lib/autoscaler/groups.js';
 import { OptionAnnotation } from '../../lib/autoscaler/options.js';
+import { NOTIONAL_RATES } from '../../lib/autoscaler/pricing.js';
 import type { KubeClient } from '../../lib/kube/client.js';
 import { isNotFound } from '../../lib/kube/errors.js';
 import { CoreResources } from '../../lib/kube/resources.js';
@@ -315,84 +316,169 @@ describe('cluster-autoscaler e2e: prices and per-group options (real autoscaler,
     await env.stop();
   });
 
+  /**
+   * Groups of identical 4-CPU nodes at zero, priced as given (undefined: no price anywhere, so the
+   * manager prices it notionally), and two pods of 1.5 CPUs that one node of any group holds: the
+   * expander must raise `winner` to exactly 1 and leave every other group at 0, having scored
+   * every group with the price the manager answers (one node for one hour).
+   */
+  async function priceScenario(
+    version: string,
+    expander: string,
+    p: string,
+    groups: { name: string; pricePerHour: number | undefined }[],
+    winner: string,
+  ): Promise<void> {
+    requireAutoscaler(version);
+    prefix = p;
+    const t0 = Date.now();
+    // Identical nodes (least-waste ties): only the price tells them apart.
+    const shape = nodeTemplate({ capacity: { cpu: '4', memory: '8Gi', pods: '20' }, zone: `${p}-zone` });
+    const seen = new Map<string, { seen: number[]; stop: () => Promise<void> }>();
+    for (const g of groups) {
+      const spec = g.pricePerHour === undefined ? {} : { pricePerHour: g.pricePerHour };
+      await env.createClass(`${p}-${g.name}`, { bootDelay: BOOT_DELAY, ...spec }, { nodeTemplate: shape });
+      await createGroup(`${p}-${g.name}`, `${p}-${g.name}`, 0, { min: 0, max: 4, pool: p });
+      seen.set(g.name, await trackReplicas(`${p}-${g.name}`));
+    }
+    // --v=5: the price expander logs each option it scores.
+    const autoscaler = await startCa(version, { expander }, 5);
+    await client.create(
+      AppsDeployments,
+      nodeFillingDeployment({ name: `${p}-pods`, namespace: NS, pool: p, replicas: 2 }),
+    );
+    const scheduled = await waitFor(
+      'both pods running',
+      p,
+      async () => {
+        const ps = await pods(`${p}-pods`);
+        return ps.length === 2 && ps.every(running) ? ps : undefined;
+      },
+      180_000,
+    );
+    // A few more loops (1 s each) in which a late scale-up of another group would show.
+    await new Promise((r) => setTimeout(r, 3_000));
+    for (const t of seen.values()) await t.stop();
+    console.log(`      [${version} ${expander}] scale-up of the ${winner} group: ${seconds(t0)}`);
+
+    const log = autoscaler.log();
+    for (const g of groups) {
+      const line = linesWith(log, `Price expander for ${NS}/${p}-${g.name}: `)[0] ?? '(none)';
+      console.log(`        ${line.slice(line.indexOf('Price expander'))}`);
+    }
+    for (const g of groups) {
+      const replicas = seen.get(g.name)?.seen ?? [];
+      expect(replicas, `the ${g.name} group's replicas, every value the watch saw`).to.not.be.empty;
+      expect(Math.max(...replicas), `the ${g.name} group's highest replicas`).to.equal(
+        g.name === winner ? 1 : 0,
+      );
+      if (g.name !== winner)
+        expect((await env.machines(`${p}-${g.name}`)).length, `no machine of the ${g.name} group`).to.equal(
+          0,
+        );
+      // Every option reached the price expander (behind least-waste: it tied them), priced as the
+      // manager says: the class's price, or 4 vCPU and 8 GiB at the notional rates.
+      const price = g.pricePerHour ?? 4 * NOTIONAL_RATES.perVcpuHour + 8 * NOTIONAL_RATES.perGiBHour;
+      expect(log).to.contain(`Price expander for ${NS}/${p}-${g.name}: all_nodes_price=${price.toFixed(6)}`);
+    }
+    const winnerNodes = new Set((await env.machines(`${p}-${winner}`)).map(nodeOf));
+    for (const pod of scheduled)
+      expect(winnerNodes.has(pod.spec?.nodeName ?? ''), `pod on a node of the ${winner} group`).to.equal(
+        true,
+      );
+    expect(scaleUpsIn(log), 'the scale-ups').to.deep.equal([`${NS}/${p}-${winner} 1`]);
+    for (const bad of [
+      'Failed to calculate node price',
+      'Failed to calculate pod price',
+      'Failed to get price for stabilization pod',
+      'Expander filtered out all options',
+    ])
+      expect(linesWith(log, bad), `the autoscaler logged "${bad}"`).to.deep.equal([]);
+  }
+
   describe('the price expander', () => {
     for (const version of PRICE_VERSIONS) {
       for (const [i, expander] of ['price', 'least-waste,price'].entries()) {
         it(`${version}, --expander=${expander}: scales up the group whose nodes cost 1 per hour and never the one at 3`, async () => {
-          requireAutoscaler(version);
           const p = `pr${version.replace(/\./g, '')}${i}`;
-          prefix = p;
-          const t0 = Date.now();
-          // Identical nodes (least-waste ties), both groups at zero: only the price tells them apart.
-          const shape = nodeTemplate({
-            capacity: { cpu: '4', memory: '8Gi', pods: '20' },
-            zone: `${p}-zone`,
-          });
-          await env.createClass(
-            `${p}-cheap`,
-            { bootDelay: BOOT_DELAY, pricePerHour: 1 },
-            { nodeTemplate: shape },
-          );
-          await env.createClass(
-            `${p}-dear`,
-            { bootDelay: BOOT_DELAY, pricePerHour: 3 },
-            { nodeTemplate: shape },
-          );
-          await createGroup(`${p}-cheap`, `${p}-cheap`, 0, { min: 0, max: 4, pool: p });
-          await createGroup(`${p}-dear`, `${p}-dear`, 0, { min: 0, max: 4, pool: p });
-          const cheap = await trackReplicas(`${p}-cheap`);
-          const dear = await trackReplicas(`${p}-dear`);
-          // --v=5: the price expander logs each option it scores.
-          const autoscaler = await startCa(version, { expander }, 5);
-          // Two pods of 1.5 CPUs: one 4-CPU node of either group holds both.
-          await client.create(
-            AppsDeployments,
-            nodeFillingDeployment({ name: `${p}-pods`, namespace: NS, pool: p, replicas: 2 }),
-          );
-          const scheduled = await waitFor(
-            'both pods running',
+          await priceScenario(
+            version,
+            expander,
             p,
-            async () => {
-              const ps = await pods(`${p}-pods`);
-              return ps.length === 2 && ps.every(running) ? ps : undefined;
-            },
-            180_000,
+            [
+              { name: 'cheap', pricePerHour: 1 },
+              { name: 'dear', pricePerHour: 3 },
+            ],
+            'cheap',
           );
-          // A few more loops (1 s each) in which a late scale-up of either group would show.
-          await new Promise((r) => setTimeout(r, 3_000));
-          await cheap.stop();
-          await dear.stop();
-          console.log(`      [${version} ${expander}] scale-up of the cheap group: ${seconds(t0)}`);
-
-          const log = autoscaler.log();
-          for (const g of ['cheap', 'dear']) {
-            const line = linesWith(log, `Price expander for ${NS}/${p}-${g}: `)[0] ?? '(none)';
-            console.log(`        ${line.slice(line.indexOf('Price expander'))}`);
-          }
-          expect(dear.seen, "the dear group's replicas, every value the watch saw").to.not.be.empty;
-          expect(Math.max(...dear.seen), 'the dear group stayed at 0 replicas throughout').to.equal(0);
-          expect(Math.max(...cheap.seen), 'the cheap group was raised to exactly 1').to.equal(1);
-          expect((await env.machines(`${p}-dear`)).length, 'no machine of the dear group').to.equal(0);
-          const cheapNodes = new Set((await env.machines(`${p}-cheap`)).map(nodeOf));
-          for (const pod of scheduled)
-            expect(cheapNodes.has(pod.spec?.nodeName ?? ''), `pod on a node of the cheap group`).to.equal(
-              true,
-            );
-          // Both options reached the price expander (behind least-waste: it tied them) and were
-          // priced as the classes say: one node for one hour.
-          expect(log).to.contain(`Price expander for ${NS}/${p}-cheap: all_nodes_price=1.000000`);
-          expect(log).to.contain(`Price expander for ${NS}/${p}-dear: all_nodes_price=3.000000`);
-          expect(scaleUpsIn(log), 'the scale-ups').to.deep.equal([`${NS}/${p}-cheap 1`]);
-          for (const bad of [
-            'Failed to calculate node price',
-            'Failed to calculate pod price',
-            'Failed to get price for stabilization pod',
-            'Expander filtered out all options',
-          ])
-            expect(linesWith(log, bad), `the autoscaler logged "${bad}"`).to.deep.equal([]);
         });
       }
     }
+
+    it(`${PRICE_VERSIONS[0] ?? ''}, --expander=price: scales up the getting-started group (a virtual class with no price and no nodeTemplate) at the notional price of its node`, async () => {
+      const version = PRICE_VERSIONS[0] ?? '';
+      requireAutoscaler(version);
+      const p = 'prn';
+      prefix = p;
+      const t0 = Date.now();
+      // The getting-started class: no pricePerHour, no nodeTemplate; its VMs are the virtual
+      // provider's default 2 vCPU and 4 GiB, so the autoscaler builds the template from a node.
+      await env.createClass(`${p}-virtual`, { bootDelay: BOOT_DELAY });
+      await createGroup(`${p}-workers`, `${p}-virtual`, 1, { min: 1, max: 4, pool: p });
+      await waitFor(
+        'the first node Ready',
+        p,
+        async () => {
+          const names = new Set((await env.machines(`${p}-workers`)).map(nodeOf));
+          return (await env.nodes()).some((n) => names.has(n.metadata.name ?? '') && isReady(n));
+        },
+        120_000,
+      );
+      const workers = await trackReplicas(`${p}-workers`);
+      const autoscaler = await startCa(version, { expander: 'price' }, 5);
+      // Two pods of 1.5 CPUs: one fits the first node, the other needs a second one.
+      await client.create(
+        AppsDeployments,
+        nodeFillingDeployment({ name: `${p}-pods`, namespace: NS, pool: p, replicas: 2 }),
+      );
+      await waitFor(
+        'both pods running',
+        p,
+        async () => {
+          const ps = await pods(`${p}-pods`);
+          return ps.length === 2 && ps.every(running) ? ps : undefined;
+        },
+        180_000,
+      );
+      await workers.stop();
+      console.log(`      [${version} price] scale-up of the unpriced group: ${seconds(t0)}`);
+      const log = autoscaler.log();
+      const line = linesWith(log, `Price expander for ${NS}/${p}-workers: `)[0] ?? '(none)';
+      console.log(`        ${line.slice(line.indexOf('Price expander'))}`);
+      expect(Math.max(...workers.seen), 'the group raised to exactly 2').to.equal(2);
+      expect(scaleUpsIn(log), 'the scale-ups').to.deep.equal([`${NS}/${p}-workers 2`]);
+      const notional = 2 * NOTIONAL_RATES.perVcpuHour + 4 * NOTIONAL_RATES.perGiBHour;
+      expect(log).to.contain(`Price expander for ${NS}/${p}-workers: all_nodes_price=${notional.toFixed(6)}`);
+      for (const bad of [
+        'Failed to calculate node price',
+        'Failed to calculate pod price',
+        'Expander filtered out all options',
+      ])
+        expect(linesWith(log, bad), `the autoscaler logged "${bad}"`).to.deep.equal([]);
+    });
+
+    it(`${PRICE_VERSIONS[0] ?? ''}, --expander=price: a priced group cheaper than an unpriced one's notional price wins`, async () => {
+      await priceScenario(
+        PRICE_VERSIONS[0] ?? '',
+        'price',
+        'prm',
+        [
+          { name: 'unpriced', pricePerHour: undefined },
+          { name: 'cheap', pricePerHour: 0.1 },
+        ],
+        'cheap',
+      );
+    });
   });
 
   describe(`per-group options (cluster-autoscaler ${OPTIONS_VERSION})`, () => {

@@ -54,7 +54,7 @@ describe('cluster-autoscaler --expander=price with AWS node groups on the EC2 em
   const priceMetric = async (name: string): Promise<number | undefined> => {
     const text = (await env.manager?.registry.metrics()) ?? '';
     const m = new RegExp(
-      `^mcm_autoscaler_node_group_price_per_hour\\{node_group="${NS}/${POOL}-${name}",currency="USD"\\} (\\S+)$`,
+      `^mcm_autoscaler_node_group_price_per_hour\\{node_group="${NS}/${POOL}-${name}",currency="USD",notional="false"\\} (\\S+)$`,
       'm',
     ).exec(text);
     return m === null ? undefined : Number(m[1]);
@@ -67,7 +67,7 @@ describe('cluster-autoscaler --expander=price with AWS node groups on the EC2 em
         for (const o of others) {
           const r = await replicas(o);
           if (r > 0)
-            throw new Error(
+            expect.fail(
               `the ${o} group was scaled up to ${r}\n${ca?.log().split('\n').slice(-40).join('\n') ?? ''}`,
             );
         }
@@ -125,7 +125,8 @@ describe('cluster-autoscaler --expander=price with AWS node groups on the EC2 em
     ({ env } = aws);
     await serve('large');
     await serve('xxl');
-    ca = await aws.startAutoscaler(version, { expander: 'price', 'scale-down-enabled': false });
+    // --v=5: the price expander logs the price it read for each option.
+    ca = await aws.startAutoscaler(version, { expander: 'price', 'scale-down-enabled': false }, 5);
   });
 
   after(async () => {
@@ -142,7 +143,12 @@ describe('cluster-autoscaler --expander=price with AWS node groups on the EC2 em
     const [pod] = await runsOn(`${POOL}-a`, ['xxl']);
     expect(await instanceTypeOf(pod?.spec?.nodeName ?? '')).to.equal(LARGE.type);
     expect(await replicas('large')).to.equal(1);
-    expect(ca?.log() ?? '').to.not.match(/Failed to calculate node price|Expander filtered out all options/);
+    // The choice alone does not prove the prices (the expander's unfitness term prefers the smaller
+    // type anyway): the autoscaler must have read the list prices for one node for one hour.
+    const log = ca?.log() ?? '';
+    expect(log).to.contain(`Price expander for ${NS}/${POOL}-large: all_nodes_price=0.096000`);
+    expect(log).to.contain(`Price expander for ${NS}/${POOL}-xxl: all_nodes_price=0.384000`);
+    expect(log).to.not.match(/Failed to calculate node price|Expander filtered out all options/);
   });
 
   it(`cluster-autoscaler ${version}: a spot m5.2xlarge group priced from DescribeSpotPriceHistory (0.00001/h) takes the next pod`, async () => {
@@ -163,6 +169,7 @@ describe('cluster-autoscaler --expander=price with AWS node groups on the EC2 em
     expect(await instanceTypeOf(pod?.spec?.nodeName ?? '')).to.equal(XXL.type);
     const spotMachines = await env.machines(`${POOL}-spot`);
     expect(spotMachines.map((m) => m.metadata.labels?.node)).to.include(pod?.spec?.nodeName);
+    expect(ca?.log() ?? '').to.contain(`Price expander for ${NS}/${POOL}-spot: all_nodes_price=0.000010`);
     expect(ca?.log() ?? '').to.not.match(/Failed to calculate node price|Expander filtered out all options/);
   });
 });

@@ -32,6 +32,7 @@ export interface AwsE2eEnv {
   startAutoscaler(
     version: string,
     flags?: Record<string, string | number | boolean | null>,
+    verbosity?: number,
   ): Promise<Autoscaler>;
   stop(): Promise<void>;
 }
@@ -130,7 +131,7 @@ export async function startAwsE2eEnv(opts: {
     proxy,
     kubelet,
     queue,
-    async startAutoscaler(version, flags) {
+    async startAutoscaler(version, flags, verbosity) {
       const ca = await startAutoscaler({
         version,
         controlPlane: env.cp,
@@ -138,6 +139,7 @@ export async function startAwsE2eEnv(opts: {
         tls: { certFile: tls.clientCertFile, keyFile: tls.clientKeyFile, caFile: tls.caFile },
         grpcTimeout: '10s',
         ...(flags === undefined ? {} : { flags }),
+        ...(verbosity === undefined ? {} : { verbosity }),
       });
       autoscalers.push(ca);
       return ca;

@@ -12,7 +12,7 @@ import protobuf from 'protobufjs';
 import { MachineDeploymentResource } from '../../lib/api/types.js';
 import { GroupAnnotation } from '../../lib/autoscaler/groups.js';
 import { OptionAnnotation } from '../../lib/autoscaler/options.js';
-import { PRICE_ANNOTATION } from '../../lib/autoscaler/pricing.js';
+import { NOTIONAL_RATES, PRICE_ANNOTATION } from '../../lib/autoscaler/pricing.js';
 import { decodeNode } from '../../lib/autoscaler/proto.js';
 import { CoreResources } from '../../lib/kube/resources.js';
 import type { CoreEvent } from '../../lib/kube/types.js';
@@ -94,13 +94,16 @@ describe('autoscaler prices and per-group options (real kube-apiserver, manager 
     await env.createClass('cheap', { pricePerHour: 1 }, { nodeTemplate: nodeTemplate(shape) });
     await env.createClass('dear', { pricePerHour: 3 }, { nodeTemplate: nodeTemplate(shape) });
     await env.createClass('unpriced', {}, { nodeTemplate: nodeTemplate(shape) });
+    await env.createClass('bare', {});
     await env.createDeployment('cheap', 1, 'cheap');
     await env.createDeployment('dear', 0, 'dear');
     await env.createDeployment('unpriced', 0, 'unpriced');
     await env.createDeployment('tuned', 0, 'cheap');
+    await env.createDeployment('bare', 1, 'bare');
     await serve('cheap');
     await serve('dear');
     await serve('unpriced');
+    await serve('bare');
     await serve('tuned', {
       [OptionAnnotation.ScaleDownUnneededTime]: '10s',
       [OptionAnnotation.ScaleDownUtilizationThreshold]: '0.3',
@@ -110,8 +113,8 @@ describe('autoscaler prices and per-group options (real kube-apiserver, manager 
     });
     manager = await env.startManager({ grpcAddress: '127.0.0.1:0', grpcInsecure: true });
     ca = cloudProviderClient(`127.0.0.1:${manager.grpcPort}`);
-    await until('four groups served', async () =>
-      ((await ca.call('NodeGroups')).nodeGroups as unknown[]).length === 4 ? true : undefined,
+    await until('five groups served', async () =>
+      ((await ca.call('NodeGroups')).nodeGroups as unknown[]).length === 5 ? true : undefined,
     );
   });
 
@@ -127,9 +130,10 @@ describe('autoscaler prices and per-group options (real kube-apiserver, manager 
   });
 
   it('prices a real node by its machine class', async () => {
-    const node = await until('the cheap group node', async () =>
-      (await env.nodes()).find((n) => n.spec?.providerID?.startsWith('virtual://') === true),
-    );
+    const node = await until('the cheap group node', async () => {
+      const names = new Set((await env.machines('cheap')).map((m) => m.metadata.labels?.node ?? ''));
+      return (await env.nodes()).find((n) => names.has(n.metadata.name ?? ''));
+    });
     const answer = Number(
       (
         await ca.call('PricingNodePrice', {
@@ -147,18 +151,47 @@ describe('autoscaler prices and per-group options (real kube-apiserver, manager 
     expect(answer).to.equal(1);
   });
 
-  it('answers NOT_FOUND for an unpriced class or an unknown node, INVALID_ARGUMENT for a bad window', async () => {
-    await expectCode(
-      ca.call('PricingNodePrice', { node: await templateOf(`${NS}/unpriced`), ...window(1) }),
-      status.NOT_FOUND,
-      /sets no providerSpec.pricePerHour/,
-    );
+  it('prices an unpriced group notionally by its size, with a Warning event on its deployment', async () => {
+    // The unpriced class's nodeTemplate: 4 vCPU and 8 GiB at 0.04048 and 0.004445 per hour.
+    const notional = 4 * NOTIONAL_RATES.perVcpuHour + 8 * NOTIONAL_RATES.perGiBHour;
+    expect(await price(await templateOf(`${NS}/unpriced`))).to.be.closeTo(notional, 1e-9);
+    expect(await price(await templateOf(`${NS}/unpriced`), 2)).to.be.closeTo(2 * notional, 1e-9);
+    const event = await until('a NotionalPrice event on the unpriced deployment', async () => {
+      const events = (await env.client.list<CoreEvent>(CoreResources.events, { namespace: NS })).items;
+      return events.find((e) => e.reason === 'NotionalPrice' && e.involvedObject.name === 'unpriced');
+    });
+    expect(event.type).to.equal('Warning');
+    expect(event.message).to.include('sets no providerSpec.pricePerHour');
+    expect(event.message).to.include('4 vCPU and 8.00 GiB');
+    expect(event.message).to.include(PRICE_ANNOTATION);
+    // A group whose class has no nodeTemplate is sized by a node of the group (the virtual
+    // provider's default VM: 2 vCPU and 4 GiB).
+    const node = await until('a node of the bare group', async () => {
+      const nodes = await env.nodes();
+      const names = new Set((await env.machines('bare')).map((m) => m.metadata.labels?.node ?? ''));
+      return nodes.find((n) => names.has(n.metadata.name ?? ''));
+    });
+    const fromNode = 2 * NOTIONAL_RATES.perVcpuHour + 4 * NOTIONAL_RATES.perGiBHour;
+    expect(
+      await price({
+        providerID: '',
+        name: `template-node-for-${NS}/bare-7`,
+        labels: node.metadata.labels ?? {},
+      }),
+    ).to.be.closeTo(fromNode, 1e-9);
+    expect(
+      await price({ providerID: node.spec?.providerID ?? '', name: node.metadata.name ?? '', labels: {} }),
+    ).to.be.closeTo(fromNode, 1e-9);
+  });
+
+  it('answers NOT_FOUND for a node that is not ours, INVALID_ARGUMENT for a bad window', async () => {
     await expectCode(
       ca.call('PricingNodePrice', {
         node: { providerID: 'aws:///x/i-1', name: 'stranger', labels: {} },
         ...window(1),
       }),
       status.NOT_FOUND,
+      /not a machine of this manager/,
     );
     await expectCode(
       ca.call('PricingNodePrice', { node: await templateOf(`${NS}/cheap`), startTimestamp: HOUR }),
@@ -254,11 +287,21 @@ describe('autoscaler prices and per-group options (real kube-apiserver, manager 
     expect(legacy.scaleDownUnreadyDuration).to.deep.equal({ seconds: 1200, nanos: 0 });
   });
 
-  it('exports each priced group as a metric', async () => {
+  it("exports each group's price as a metric, the notional ones marked", async () => {
     const text = await manager.registry.metrics();
     expect(text).to.match(
-      new RegExp(`mcm_autoscaler_node_group_price_per_hour\\{node_group="${NS}/cheap",currency=""\\} 1\\b`),
+      new RegExp(
+        `mcm_autoscaler_node_group_price_per_hour\\{node_group="${NS}/cheap",currency="",notional="false"\\} 1\\b`,
+      ),
     );
-    expect(text).to.not.match(new RegExp(`node_group="${NS}/unpriced"`));
+    const unpriced = new RegExp(
+      `^mcm_autoscaler_node_group_price_per_hour\\{node_group="${NS}/unpriced",currency="USD",notional="true"\\} (\\S+)$`,
+      'm',
+    ).exec(text);
+    expect(unpriced, "the unpriced group's series").to.not.equal(null);
+    expect(Number(unpriced?.[1])).to.be.closeTo(
+      4 * NOTIONAL_RATES.perVcpuHour + 8 * NOTIONAL_RATES.perGiBHour,
+      1e-9,
+    );
   });
 });

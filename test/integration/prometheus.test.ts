@@ -96,7 +96,7 @@ describe('the chart’s dashboard and alerts on a real Prometheus scraping a rea
   let manager: Manager;
   let prom: Prometheus;
   let autoscaler: CloudProviderClient | undefined;
-  let stopCalls: (() => Promise<void>) | undefined;
+  let calls: ReturnType<typeof callingLoop> | undefined;
   let startedAt = 0;
 
   before(async function () {
@@ -136,11 +136,13 @@ describe('the chart’s dashboard and alerts on a real Prometheus scraping a rea
     const port = await until('the gRPC server', () => (manager.grpcPort > 0 ? manager.grpcPort : undefined));
     const client = cloudProviderClient(`127.0.0.1:${port}`);
     autoscaler = client;
-    stopCalls = callingLoop(client);
+    // Refresh is UNAVAILABLE until the caches are synced: the loop starts once it answers.
+    await until('Refresh answered', () => client.call('Refresh', {}, { deadlineMs: 2_000 }).then(() => true));
+    calls = callingLoop(client);
   });
 
   after(async () => {
-    await stopCalls?.();
+    await calls?.stop();
     autoscaler?.close();
     await (prom as Prometheus | undefined)?.stop();
     await (env as LifecycleEnv | undefined)?.stop();
@@ -313,6 +315,10 @@ describe('the chart’s dashboard and alerts on a real Prometheus scraping a rea
   });
 
   it('every panel of the dashboard has data over the run (Grafana’s variables filled as "All")', async () => {
+    // The gRPC panels show the stand-in autoscaler's calls: they must have been answered.
+    expect(calls?.record.failures, 'gRPC calls that failed').to.deep.equal([]);
+    expect(calls?.record.ok.get('Refresh') ?? 0, 'Refresh calls answered').to.be.greaterThan(0);
+    expect(calls?.record.ok.get('NodeGroups') ?? 0, 'NodeGroups calls answered').to.be.greaterThan(0);
     // Two more scrapes and evaluations, so the last steps are in the TSDB.
     const until2 = now() + 2 * SCRAPE_S + 0.5;
     await until('two more scrapes', () => now() > until2);
@@ -397,23 +403,38 @@ async function holdPolicyInEffect(env: LifecycleEnv): Promise<void> {
   });
 }
 
-/** cluster-autoscaler's calls, once a second, until the returned function is called. */
-function callingLoop(client: CloudProviderClient): () => Promise<void> {
+/** What the stand-in autoscaler's calls answered: successes by method, and every failure. */
+interface CallRecord {
+  ok: Map<string, number>;
+  failures: string[];
+}
+
+/**
+ * cluster-autoscaler's calls, once a second, until stop() is called. Every answer is recorded (the
+ * loop goes on after a failure, as the autoscaler's does), so the test can assert that the calls
+ * the panels show succeeded.
+ */
+function callingLoop(client: CloudProviderClient): { record: CallRecord; stop: () => Promise<void> } {
   const state = { stopped: false };
+  const record: CallRecord = { ok: new Map(), failures: [] };
   const loop = (async (): Promise<void> => {
     while (!state.stopped) {
       for (const method of ['Refresh', 'NodeGroups']) {
         try {
           await client.call(method, {}, { deadlineMs: 2_000 });
-        } catch {
-          // The panels show failed calls too; the loop goes on.
+          record.ok.set(method, (record.ok.get(method) ?? 0) + 1);
+        } catch (err) {
+          record.failures.push(`${method}: ${errorMessage(err)}`);
         }
       }
       await new Promise((r) => setTimeout(r, 1_000));
     }
   })();
-  return async () => {
-    state.stopped = true;
-    await loop;
+  return {
+    record,
+    stop: async () => {
+      state.stopped = true;
+      await loop;
+    },
   };
 }

@@ -2,7 +2,10 @@ import { isNotFound } from '../../../lib/kube/errors.js';
 
 /**
  * Polls fn until it returns a value other than undefined/false and returns that value. Tests use
- * it to wait for an observable outcome with a deadline instead of sleeping a fixed time.
+ * it to wait for an observable outcome with a deadline instead of sleeping a fixed time. An error
+ * fn throws is taken as "not yet" (a read that failed) and named if time runs out, except an
+ * assertion error (chai's expect, expect.fail): that is a violation, thrown at once, never
+ * swallowed by a later success.
  */
 export async function until<T>(
   what: string,
@@ -16,6 +19,7 @@ export async function until<T>(
       const v = await fn();
       if (v !== undefined && v !== false) return v;
     } catch (err) {
+      if (err instanceof Error && err.name === 'AssertionError') throw err;
       last = err;
     }
     if (Date.now() > deadline) {

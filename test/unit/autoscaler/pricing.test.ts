@@ -1,6 +1,8 @@
 import { expect } from 'chai';
 
 import {
+  NOTIONAL_RATES,
+  notionalPricePerHour,
   podPricePerHour,
   priceOverride,
   windowHours,
@@ -29,6 +31,18 @@ describe('autoscaler pricing (pure)', () => {
   it('prices a pod no node holds at the cheapest rate of its dominant resource, and nothing without shapes', () => {
     expect(podPricePerHour({ cpu: 16, memory: GiB }, shapes)).to.equal(6); // 16/8 * 3 vs 16/2 * 1 = 8
     expect(podPricePerHour({ cpu: 1, memory: GiB }, [])).to.equal(undefined);
+  });
+
+  it('prices a size notionally at the per-vCPU and per-GiB rates, so a smaller shape is always cheaper', () => {
+    // m5.large's size: 2 × 0.04048 + 8 × 0.004445.
+    expect(notionalPricePerHour(2, 8 * GiB)).to.be.closeTo(0.11652, 1e-9);
+    expect(notionalPricePerHour(1, 0)).to.equal(NOTIONAL_RATES.perVcpuHour);
+    expect(notionalPricePerHour(0, GiB)).to.equal(NOTIONAL_RATES.perGiBHour);
+    expect(notionalPricePerHour(0, 0)).to.equal(undefined);
+    expect(notionalPricePerHour(-1, Number.NaN)).to.equal(undefined);
+    const small = notionalPricePerHour(2, 4 * GiB) ?? Infinity;
+    expect(small).to.be.below(notionalPricePerHour(2, 8 * GiB) ?? 0);
+    expect(small).to.be.below(notionalPricePerHour(4, 4 * GiB) ?? 0);
   });
 
   it('reads the price-per-hour annotation: a decimal >= 0, empty is unset, anything else a problem', () => {
