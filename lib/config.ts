@@ -1,5 +1,6 @@
 import { parseGoDuration } from './api/duration.js';
 import { parseNodeGroupFlag, type NodeGroupFlag } from './autoscaler/groups.js';
+import { DEFAULT_GRPC_LIMITS } from './autoscaler/grpc.js';
 import { SPOT_INTERRUPTION_NOTICE_MS } from './providers/aws/interruption/notices.js';
 import { queueUrlProblem } from './providers/aws/interruption/queue.js';
 
@@ -88,6 +89,15 @@ export interface ManagerConfig {
   grpcClientAllowedNames: string[];
   /** Plaintext gRPC; only when asked for explicitly. */
   grpcInsecure: boolean;
+  /** The gRPC transport's limits (GrpcServerLimits, whose fields these are). */
+  grpcMaxConcurrentStreams: number;
+  grpcMaxPendingRequestBytes: number;
+  grpcRequestReadTimeoutMs: number;
+  grpcKeepaliveMinTimeMs: number;
+  grpcKeepalivePermitWithoutStream: boolean;
+  grpcMaxConnectionIdleMs: number;
+  grpcMaxConnectionAgeMs: number;
+  grpcMaxConnectionAgeGraceMs: number;
   /** --nodes entries (gardener's autoscaler form). */
   nodeGroups: NodeGroupFlag[];
   autoscalerGpuLabel: string;
@@ -162,6 +172,14 @@ export const defaultConfig: ManagerConfig = {
   grpcClientCaFile: '',
   grpcClientAllowedNames: [],
   grpcInsecure: false,
+  grpcMaxConcurrentStreams: DEFAULT_GRPC_LIMITS.maxConcurrentStreams,
+  grpcMaxPendingRequestBytes: DEFAULT_GRPC_LIMITS.maxPendingRequestBytes,
+  grpcRequestReadTimeoutMs: DEFAULT_GRPC_LIMITS.requestReadTimeoutMs,
+  grpcKeepaliveMinTimeMs: DEFAULT_GRPC_LIMITS.keepaliveMinTimeMs,
+  grpcKeepalivePermitWithoutStream: DEFAULT_GRPC_LIMITS.keepalivePermitWithoutStream,
+  grpcMaxConnectionIdleMs: DEFAULT_GRPC_LIMITS.maxConnectionIdleMs,
+  grpcMaxConnectionAgeMs: DEFAULT_GRPC_LIMITS.maxConnectionAgeMs,
+  grpcMaxConnectionAgeGraceMs: DEFAULT_GRPC_LIMITS.maxConnectionAgeGraceMs,
   nodeGroups: [],
   autoscalerGpuLabel: '',
   autoscalerGpuTypes: [],
@@ -188,6 +206,13 @@ export function parseDuration(s: string): number {
     throw new ConfigError(err instanceof Error ? err.message : String(err));
   }
   if (ms < 0) throw new ConfigError(`invalid duration "${s}": must not be negative`);
+  return ms;
+}
+
+/** A duration that must be above 0. */
+function positiveDuration(name: string, v: string): number {
+  const ms = parseDuration(v);
+  if (ms <= 0) throw new ConfigError(`--${name}: must be above 0, got "${v}"`);
   return ms;
 }
 
@@ -443,6 +468,40 @@ const flags: Record<string, { help: string; set: Setter; boolean?: true }> = {
     set: (c, v, n) => (c.grpcInsecure = parseBool(n, v)),
     boolean: true,
   },
+  'grpc-max-concurrent-streams': {
+    help: 'streams one gRPC connection may have open at once (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS); more are refused with REFUSED_STREAM',
+    set: (c, v, n) => (c.grpcMaxConcurrentStreams = parseNumber(n, v, { min: 1, integer: true })),
+  },
+  'grpc-max-pending-request-bytes': {
+    help: 'bytes all gRPC requests not yet complete may hold together; a request that would go beyond is answered RESOURCE_EXHAUSTED (each request is also capped at 4 MiB)',
+    set: (c, v, n) =>
+      (c.grpcMaxPendingRequestBytes = parseNumber(n, v, { min: 4 * 1024 * 1024 + 5, integer: true })),
+  },
+  'grpc-request-read-timeout': {
+    help: 'how long a gRPC request without grpc-timeout may take from its headers to its last byte before it is answered DEADLINE_EXCEEDED (a request with grpc-timeout has its deadline counted from its headers)',
+    set: (c, v, n) => (c.grpcRequestReadTimeoutMs = positiveDuration(n, v)),
+  },
+  'grpc-keepalive-min-time': {
+    help: "keepalive enforcement: a client ping sooner than this after its last one, with no answer sent between, is a strike; the third closes the connection with GOAWAY ENHANCE_YOUR_CALM (grpc-go's default)",
+    set: (c, v) => (c.grpcKeepaliveMinTimeMs = parseDuration(v)),
+  },
+  'grpc-keepalive-permit-without-stream': {
+    help: 'allow client keepalive pings on a connection without calls (else they must be 2 hours apart, as grpc-go)',
+    set: (c, v, n) => (c.grpcKeepalivePermitWithoutStream = parseBool(n, v)),
+    boolean: true,
+  },
+  'grpc-max-connection-idle': {
+    help: 'a gRPC connection without calls for this long is told to go away (GOAWAY); 0: never',
+    set: (c, v) => (c.grpcMaxConnectionIdleMs = parseDuration(v)),
+  },
+  'grpc-max-connection-age': {
+    help: 'a gRPC connection this old (±10 %) is told to go away, so clients reconnect (and pick up a rotated certificate); 0: never',
+    set: (c, v) => (c.grpcMaxConnectionAgeMs = parseDuration(v)),
+  },
+  'grpc-max-connection-age-grace': {
+    help: 'after --grpc-max-connection-age, how long the calls under way may finish before the connection is closed',
+    set: (c, v) => (c.grpcMaxConnectionAgeGraceMs = parseDuration(v)),
+  },
   nodes: {
     help: 'a node group, MIN:MAX:NAMESPACE.NAME of a MachineDeployment (repeatable); the annotations autoscaler.mcm-ts.io/min-size and max-size also make a deployment a group and override these limits',
     set: (c, v, n) => {
@@ -599,6 +658,14 @@ const FLAG_GROUPS: [string, string[]][] = [
       'grpc-client-ca-file',
       'grpc-client-allowed-names',
       'grpc-insecure',
+      'grpc-max-concurrent-streams',
+      'grpc-max-pending-request-bytes',
+      'grpc-request-read-timeout',
+      'grpc-keepalive-min-time',
+      'grpc-keepalive-permit-without-stream',
+      'grpc-max-connection-idle',
+      'grpc-max-connection-age',
+      'grpc-max-connection-age-grace',
       'nodes',
       'autoscaler-gpu-label',
       'autoscaler-gpu-types',

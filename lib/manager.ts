@@ -505,6 +505,16 @@ export class Manager {
       registry: this.registry,
       providerPrice: (provider, req) => this.providers.nodePrice(provider, req),
       recorder: this.recorderFor(EventSource.AutoscalerProvider),
+      limits: {
+        maxConcurrentStreams: c.grpcMaxConcurrentStreams,
+        maxPendingRequestBytes: c.grpcMaxPendingRequestBytes,
+        requestReadTimeoutMs: c.grpcRequestReadTimeoutMs,
+        keepaliveMinTimeMs: c.grpcKeepaliveMinTimeMs,
+        keepalivePermitWithoutStream: c.grpcKeepalivePermitWithoutStream,
+        maxConnectionIdleMs: c.grpcMaxConnectionIdleMs,
+        maxConnectionAgeMs: c.grpcMaxConnectionAgeMs,
+        maxConnectionAgeGraceMs: c.grpcMaxConnectionAgeGraceMs,
+      },
       unhealthy: () => {
         if (!this.synced) return 'caches are not synced';
         if (this.fence?.allowed() === false) return 'this replica does not hold the leader Lease';

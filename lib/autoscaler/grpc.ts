@@ -4,15 +4,23 @@
 // machinery (interceptor chain, metadata objects, a deadline timer and a metrics recorder for
 // every call, several ticks between the request and the answer) doubled what each call cost.
 // Here a call is read when its stream ends and answered in the same turn: headers, one message,
-// trailers. A deadline timer exists only while an answer is pending (the scaling writes).
+// trailers. One timer per call runs from its headers to its answer: its deadline, or the read
+// timeout until its request is complete.
 //
 // What the server does for its clients, as grpc-js did: requests compressed with gzip or deflate
 // are read; requests above the receive limit are refused; a call past its grpc-timeout answers
 // DEADLINE_EXCEEDED; unknown methods answer UNIMPLEMENTED; failures are trailers-only responses;
 // TLS verifies client certificates against the client CA and takes a new certificate, key and
 // CA for the connections that follow (setSecureContext); shutdown lets running calls finish.
+//
+// And the limits of grpc-go's server, so that one client cannot take the leader down
+// (GrpcServerLimits): concurrent streams per connection, the bytes all unfinished requests may
+// hold, the deadline counted from a request's headers (and a read timeout without one), the
+// client allowed before any byte of its body is read, keepalive enforcement (a ping flood gets
+// GOAWAY ENHANCE_YOUR_CALM), and idle and age limits for connections.
 
 import http2 from 'node:http2';
+import type { Socket } from 'node:net';
 import { TLSSocket, type PeerCertificate, type SecureContextOptions } from 'node:tls';
 import { gunzipSync, inflateSync } from 'node:zlib';
 
@@ -26,17 +34,91 @@ export interface GrpcFailure {
 
 /** grpc-js's default receive limit: 4 MiB. */
 const MAX_RECEIVE_BYTES = 4 * 1024 * 1024;
+/** The longest delay a Node.js timer takes; a longer one fires after 1 ms. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+/** grpc-go: more than 2 pings against the policy close the connection. */
+const MAX_PING_STRIKES = 2;
+/** grpc-go: without streams (and not permitted), pings closer than 2 hours are strikes. */
+const PING_WITHOUT_STREAM_MS = 2 * 3_600_000;
+const ACCEPT_ENCODING = 'identity,deflate,gzip';
 
 const CONTENT_TYPE = 'application/grpc+proto';
 const OK_HEADERS: http2.OutgoingHttpHeaders = {
   ':status': 200,
   'content-type': CONTENT_TYPE,
-  'grpc-accept-encoding': 'identity,deflate,gzip',
+  'grpc-accept-encoding': ACCEPT_ENCODING,
   'grpc-encoding': 'identity',
 };
 const OK_TRAILERS: http2.OutgoingHttpHeaders = { 'grpc-status': '0', 'grpc-message': 'OK' };
 const WAIT_FOR_TRAILERS = { waitForTrailers: true };
 const END_STREAM = { endStream: true };
+
+/** What one connection and all requests together may use; every field is a flag of the manager. */
+export interface GrpcServerLimits {
+  /** SETTINGS_MAX_CONCURRENT_STREAMS: more streams on one connection are refused (REFUSED_STREAM). */
+  maxConcurrentStreams: number;
+  /** Bytes all requests not yet complete may hold together; a request beyond it: RESOURCE_EXHAUSTED. */
+  maxPendingRequestBytes: number;
+  /** A request without grpc-timeout must be complete this long after its headers (DEADLINE_EXCEEDED). */
+  requestReadTimeoutMs: number;
+  /** Keepalive enforcement: a ping sooner than this after the last, with nothing sent between, is a strike. */
+  keepaliveMinTimeMs: number;
+  /** Whether pings are allowed on a connection without streams (else 2 hours apart at least). */
+  keepalivePermitWithoutStream: boolean;
+  /** A connection without streams for this long is told to go away (0: never). */
+  maxConnectionIdleMs: number;
+  /** A connection this old (±10 %) is told to go away (0: never)... */
+  maxConnectionAgeMs: number;
+  /** ...and closed this long after, its calls cut. */
+  maxConnectionAgeGraceMs: number;
+}
+
+export const DEFAULT_GRPC_LIMITS: Readonly<GrpcServerLimits> = {
+  maxConcurrentStreams: 100,
+  maxPendingRequestBytes: 64 * 1024 * 1024,
+  requestReadTimeoutMs: 30_000,
+  keepaliveMinTimeMs: 5 * 60_000,
+  keepalivePermitWithoutStream: false,
+  maxConnectionIdleMs: 0,
+  maxConnectionAgeMs: 0,
+  maxConnectionAgeGraceMs: 30_000,
+};
+
+/**
+ * Decides when a stream opens, before any byte of its body is read, whether its client may call
+ * the method (path `/package.Service/Method`); the certificate is the connection's verified one.
+ */
+export type Authorize = (path: string, peer: PeerCertificate | undefined) => GrpcFailure | undefined;
+
+/**
+ * Runs fn at an instant (epoch ms) however far away it is: a Node.js timer takes at most ~24.8 days
+ * (a longer delay fires after 1 ms), so a far one is re-armed until it is due.
+ */
+class Alarm {
+  private timer: NodeJS.Timeout;
+
+  constructor(
+    private readonly at: number,
+    private readonly fn: () => void,
+  ) {
+    this.timer = this.arm();
+  }
+
+  private arm(): NodeJS.Timeout {
+    const delay = this.at - Date.now();
+    return setTimeout(
+      () => {
+        if (delay > MAX_TIMER_MS) this.timer = this.arm();
+        else this.fn();
+      },
+      Math.max(0, Math.min(delay, MAX_TIMER_MS)),
+    );
+  }
+
+  cancel(): void {
+    clearTimeout(this.timer);
+  }
+}
 
 /** Sends OK trailers; a 'wantTrailers' listener (the stream is `this`), shared by every call. */
 function sendOkTrailers(this: http2.ServerHttp2Stream): void {
@@ -142,7 +224,6 @@ function framed(method: Method, value: unknown): Buffer {
 class Call implements UnaryCall, ServerStreamCall {
   private done = false;
   private headersSent = false;
-  private timer: NodeJS.Timeout | undefined;
   private cancelListeners: (() => void)[] | undefined;
   cancelled = false;
 
@@ -151,49 +232,37 @@ class Call implements UnaryCall, ServerStreamCall {
     private readonly method: Method,
     readonly request: unknown,
     readonly deadline: number,
+    /** The call's deadline timer, started at its headers (none without a deadline). */
+    private readonly alarm: Alarm | undefined,
   ) {}
 
   peerCertificate(): PeerCertificate | undefined {
-    const socket = this.stream.session?.socket;
-    if (!(socket instanceof TLSSocket) || !socket.authorized) return undefined;
-    const cert = socket.getPeerCertificate();
-    return Object.keys(cert).length === 0 ? undefined : cert;
+    return verifiedPeer(this.stream.session);
   }
 
   /**
    * Runs the handler. Most calls are answered before it returns; one that is not (a scaling
-   * write) or that streams learns of its client going away, and a unary call still unanswered at
-   * its deadline answers DEADLINE_EXCEEDED.
+   * write) or that streams learns of its client going away (closed()), and a unary call still
+   * unanswered at its deadline answers DEADLINE_EXCEEDED (expire()).
    */
   run(): void {
-    if (this.method.streaming) {
-      this.stream.once('close', () => {
-        this.closed();
-      });
-    }
     try {
       (this.method.handler as (call: Call) => void)(this);
     } catch (err) {
       this.fail({ code: status.INTERNAL, details: `handler failed: ${String(err)}` });
-      return;
     }
-    if (this.done || this.method.streaming) return;
-    this.stream.once('close', () => {
-      this.closed();
-    });
-    if (this.deadline === Infinity) return;
-    this.timer = setTimeout(
-      () => {
-        this.fail({ code: status.DEADLINE_EXCEEDED, details: 'Deadline exceeded' });
-      },
-      Math.max(0, this.deadline - Date.now()),
-    );
+  }
+
+  /** The deadline passed (the alarm's callback). */
+  expire(): void {
+    if (this.method.streaming) return;
+    this.fail({ code: status.DEADLINE_EXCEEDED, details: 'Deadline exceeded' });
   }
 
   private finish(): boolean {
     if (this.done) return false;
     this.done = true;
-    if (this.timer !== undefined) clearTimeout(this.timer);
+    this.alarm?.cancel();
     return !this.stream.destroyed && !this.stream.closed;
   }
 
@@ -258,7 +327,7 @@ class Call implements UnaryCall, ServerStreamCall {
 
   /** The stream closed: a call that had not ended was cancelled by its client. */
   closed(): void {
-    if (this.timer !== undefined) clearTimeout(this.timer);
+    this.alarm?.cancel();
     if (this.done) return;
     this.done = true;
     this.cancelled = true;
@@ -267,7 +336,11 @@ class Call implements UnaryCall, ServerStreamCall {
 }
 
 /** A trailers-only response: the status in the one HEADERS frame. */
-function respondFailure(stream: http2.ServerHttp2Stream, failure: GrpcFailure): void {
+function respondFailure(
+  stream: http2.ServerHttp2Stream,
+  failure: GrpcFailure,
+  extra?: http2.OutgoingHttpHeaders,
+): void {
   if (stream.destroyed || stream.closed || stream.headersSent) return;
   stream.respond(
     {
@@ -275,16 +348,70 @@ function respondFailure(stream: http2.ServerHttp2Stream, failure: GrpcFailure): 
       'content-type': CONTENT_TYPE,
       'grpc-status': String(failure.code),
       'grpc-message': encodeMessage(failure.details),
+      ...extra,
     },
     END_STREAM,
   );
+  // A client still sending (a refused, stalled or oversized request) is told to stop: RST_STREAM
+  // NO_ERROR after the complete response, as HTTP/2 allows and grpc-go does; the stream ends here.
+  if (!stream.readableEnded) stream.close(http2.constants.NGHTTP2_NO_ERROR);
+}
+
+/** The verified client certificate of a mutual-TLS connection, read once per connection. */
+const peers = new WeakMap<http2.Http2Session, PeerCertificate | null>();
+
+function verifiedPeer(session: http2.Http2Session | undefined): PeerCertificate | undefined {
+  if (session === undefined) return undefined;
+  let cert = peers.get(session);
+  if (cert === undefined) {
+    const socket = session.socket;
+    const c = socket instanceof TLSSocket && socket.authorized ? socket.getPeerCertificate() : undefined;
+    cert = c === undefined || Object.keys(c).length === 0 ? null : c;
+    peers.set(session, cert);
+  }
+  return cert ?? undefined;
+}
+
+/** What the server keeps of one connection: its streams, pings and timers. */
+interface Connection {
+  session: http2.ServerHttp2Session;
+  /** Streams open now. */
+  active: number;
+  /** When the last stream closed (epoch ms), for the idle limit. */
+  idleSince: number;
+  lastPingAt: number;
+  pingStrikes: number;
+  /** Set when the server sent something since the last ping: the next ping is no strike. */
+  sentSincePing: boolean;
+  idleTimer: NodeJS.Timeout | undefined;
+  ageTimer: NodeJS.Timeout | undefined;
 }
 
 /** A gRPC server for the methods of proto-loader service definitions. */
 export class GrpcServer {
   private readonly methods = new Map<string, Method>();
-  private readonly sessions = new Set<http2.ServerHttp2Session>();
+  private readonly connections = new Map<http2.ServerHttp2Session, Connection>();
+  private readonly limits: GrpcServerLimits;
   private http2Server: http2.Http2Server | http2.Http2SecureServer | undefined;
+  /** Bytes held by requests whose body has not ended yet, over every connection. */
+  private pendingBytes = 0;
+
+  constructor(
+    limits: Partial<GrpcServerLimits> = {},
+    private readonly authorize?: Authorize,
+  ) {
+    this.limits = { ...DEFAULT_GRPC_LIMITS, ...limits };
+  }
+
+  /** Bytes held by unfinished requests now (for tests and metrics). */
+  get pendingRequestBytes(): number {
+    return this.pendingBytes;
+  }
+
+  /** Open connections now. */
+  get connectionCount(): number {
+    return this.connections.size;
+  }
 
   /** Serves the service's methods; a method without a handler answers UNIMPLEMENTED. */
   addService(
@@ -316,9 +443,13 @@ export class GrpcServer {
       throw new Error(`gRPC address ${address}: expected HOST:PORT`);
     }
     const host = address.slice(0, colon).replace(/^\[(.*)\]$/, '$1');
-    // As grpc-js: no cap on a session's buffered memory (its default cap answers a burst of calls
-    // with ENHANCE_YOUR_CALM and drops the connection).
-    const options = { maxSessionMemory: Number.MAX_SAFE_INTEGER };
+    // No cap on a session's buffered memory, as grpc-js (node's default cap answers a burst of
+    // calls with ENHANCE_YOUR_CALM and drops the connection): the streams per connection and the
+    // bytes of unfinished requests are capped instead.
+    const options: http2.ServerOptions = {
+      maxSessionMemory: Number.MAX_SAFE_INTEGER,
+      settings: { maxConcurrentStreams: this.limits.maxConcurrentStreams },
+    };
     const server =
       tls === undefined
         ? http2.createServer(options)
@@ -329,10 +460,13 @@ export class GrpcServer {
             rejectUnauthorized: true,
             ALPNProtocols: ['h2'],
           });
+    // A socket error (a reset during the handshake or on an unknown protocol) must not become an
+    // uncaught 'error': the connection just ends.
+    server.on('secureConnection', (socket: TLSSocket) => socket.on('error', ignore));
+    server.on('connection', (socket: Socket) => socket.on('error', ignore));
+    server.on('tlsClientError', ignore);
     server.on('session', (session) => {
-      this.sessions.add(session);
-      session.on('error', ignore);
-      session.once('close', () => this.sessions.delete(session));
+      this.onSession(session);
     });
     server.on('stream', (stream, headers) => {
       this.onStream(stream, headers);
@@ -367,16 +501,103 @@ export class GrpcServer {
         resolve();
       });
     });
-    for (const s of this.sessions) s.close();
+    for (const s of this.connections.keys()) s.close();
     const timer = setTimeout(() => {
-      for (const s of this.sessions) s.destroy();
+      for (const s of this.connections.keys()) s.destroy();
     }, graceMs);
     await closed;
     clearTimeout(timer);
   }
 
+  private onSession(session: http2.ServerHttp2Session): void {
+    const conn: Connection = {
+      session,
+      active: 0,
+      idleSince: Date.now(),
+      lastPingAt: 0,
+      pingStrikes: 0,
+      sentSincePing: false,
+      idleTimer: undefined,
+      ageTimer: undefined,
+    };
+    this.connections.set(session, conn);
+    session.on('error', ignore);
+    session.on('ping', () => {
+      this.onPing(conn);
+    });
+    session.once('close', () => {
+      this.connections.delete(session);
+      clearTimeout(conn.idleTimer);
+      clearTimeout(conn.ageTimer);
+    });
+    const { maxConnectionIdleMs: idle, maxConnectionAgeMs: age } = this.limits;
+    if (idle > 0) this.watchIdle(conn, idle);
+    if (age > 0) {
+      // ±10 %, as grpc-go, so that connections made together do not all go at once; then the
+      // grace for the calls under way, and the connection is closed.
+      const at = Math.min(MAX_TIMER_MS, Math.round(age * (0.9 + Math.random() * 0.2)));
+      conn.ageTimer = setTimeout(() => {
+        goAway(session, http2.constants.NGHTTP2_NO_ERROR, 'max_age');
+        conn.ageTimer = setTimeout(
+          () => {
+            session.destroy();
+          },
+          Math.min(MAX_TIMER_MS, this.limits.maxConnectionAgeGraceMs),
+        );
+      }, at);
+    }
+  }
+
+  /** Tells a connection that had no stream for `idle` ms to go away; checked when it may be due. */
+  private watchIdle(conn: Connection, idle: number): void {
+    const check = (): void => {
+      const due = conn.idleSince + idle - Date.now();
+      if (conn.active === 0 && due <= 0) {
+        goAway(conn.session, http2.constants.NGHTTP2_NO_ERROR, 'max_idle');
+        return;
+      }
+      conn.idleTimer = setTimeout(check, Math.min(MAX_TIMER_MS, conn.active === 0 ? due : idle));
+    };
+    conn.idleTimer = setTimeout(check, Math.min(MAX_TIMER_MS, idle));
+  }
+
+  /**
+   * Keepalive enforcement as grpc-go's server: a ping that comes sooner than the policy allows
+   * after the previous one, with nothing sent by the server between, is a strike; the third
+   * closes the connection with GOAWAY ENHANCE_YOUR_CALM "too_many_pings".
+   */
+  private onPing(conn: Connection): void {
+    const now = Date.now();
+    const last = conn.lastPingAt;
+    conn.lastPingAt = now;
+    if (conn.sentSincePing) {
+      conn.sentSincePing = false;
+      conn.pingStrikes = 0;
+      return;
+    }
+    const { keepaliveMinTimeMs, keepalivePermitWithoutStream } = this.limits;
+    const minTime =
+      conn.active < 1 && !keepalivePermitWithoutStream ? PING_WITHOUT_STREAM_MS : keepaliveMinTimeMs;
+    if (last + minTime > now) conn.pingStrikes++;
+    if (conn.pingStrikes > MAX_PING_STRIKES) {
+      goAway(conn.session, http2.constants.NGHTTP2_ENHANCE_YOUR_CALM, 'too_many_pings');
+      conn.session.destroy();
+    }
+  }
+
   private onStream(stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders): void {
     stream.on('error', ignore);
+    const conn = this.connections.get(stream.session as http2.ServerHttp2Session);
+    if (conn !== undefined) {
+      conn.active++;
+      // The server answers every stream: what it sends resets the ping strikes (grpc-go resets
+      // them on every HEADERS or DATA frame it writes).
+      conn.sentSincePing = true;
+      stream.once('close', () => {
+        conn.active--;
+        if (conn.active === 0) conn.idleSince = Date.now();
+      });
+    }
     const contentType = headers['content-type'];
     if (typeof contentType !== 'string' || !contentType.startsWith('application/grpc')) {
       stream.respond({ ':status': 415 }, END_STREAM);
@@ -391,14 +612,6 @@ export class GrpcServer {
       });
       return;
     }
-    const encoding = headers['grpc-encoding'];
-    if (encoding !== undefined && encoding !== 'identity' && encoding !== 'gzip' && encoding !== 'deflate') {
-      respondFailure(stream, {
-        code: status.UNIMPLEMENTED,
-        details: `Received message compressed with unsupported encoding "${String(encoding)}"`,
-      });
-      return;
-    }
     let deadline = Infinity;
     const timeout = headers['grpc-timeout'];
     if (typeof timeout === 'string') {
@@ -409,29 +622,105 @@ export class GrpcServer {
       }
       deadline = Date.now() + ms;
     }
+    if (this.authorize !== undefined) {
+      // Before any byte of the body is read: a refused client holds no memory.
+      const refused = this.authorize(path, verifiedPeer(stream.session));
+      if (refused !== undefined) {
+        respondFailure(stream, refused);
+        return;
+      }
+    }
+    const encoding = headers['grpc-encoding'];
+    this.read(stream, method, typeof encoding === 'string' ? encoding : undefined, deadline);
+  }
+
+  /**
+   * Reads the request's body, counting its bytes against the server's cap, and dispatches it once
+   * its stream ends; answers DEADLINE_EXCEEDED if its deadline (from the headers), or the read
+   * timeout without one, passes first.
+   */
+  private read(
+    stream: http2.ServerHttp2Stream,
+    method: Method,
+    encoding: string | undefined,
+    deadline: number,
+  ): void {
     let body: Buffer | undefined;
     let chunks: Buffer[] | undefined;
     let size = 0;
+    /** Set once the request is complete, or refused: no more bytes are read or held. */
+    let over = false;
+    let call: Call | undefined;
+    const release = (): void => {
+      this.pendingBytes -= size;
+      size = 0;
+      body = chunks = undefined;
+    };
+    const refuse = (failure: GrpcFailure): void => {
+      over = true;
+      release();
+      alarm.cancel();
+      respondFailure(stream, failure);
+    };
+    const readUntil = deadline === Infinity ? Date.now() + this.limits.requestReadTimeoutMs : deadline;
+    const alarm = new Alarm(readUntil, () => {
+      if (call !== undefined) call.expire();
+      else if (deadline !== Infinity)
+        refuse({ code: status.DEADLINE_EXCEEDED, details: 'Deadline exceeded' });
+      else
+        refuse({
+          code: status.DEADLINE_EXCEEDED,
+          details: `the request was not complete ${this.limits.requestReadTimeoutMs} ms after its headers`,
+        });
+    });
     stream.on('data', (chunk: Buffer) => {
-      if (size < 0) return;
-      size += chunk.length;
-      if (size > MAX_RECEIVE_BYTES + 5) {
+      if (over) return;
+      if (size + chunk.length > MAX_RECEIVE_BYTES + 5) {
         // Refused at once; what else arrives is dropped.
-        size = -1;
-        body = chunks = undefined;
-        respondFailure(stream, {
+        refuse({
           code: status.RESOURCE_EXHAUSTED,
           details: `Received message larger than max (more than ${MAX_RECEIVE_BYTES} bytes)`,
         });
         return;
       }
+      if (this.pendingBytes + chunk.length > this.limits.maxPendingRequestBytes) {
+        refuse({
+          code: status.RESOURCE_EXHAUSTED,
+          details: `the server holds ${this.limits.maxPendingRequestBytes} bytes of unfinished requests already (--grpc-max-pending-request-bytes)`,
+        });
+        return;
+      }
+      size += chunk.length;
+      this.pendingBytes += chunk.length;
       if (body === undefined) body = chunk;
       else (chunks ??= [body]).push(chunk);
     });
+    stream.once('close', () => {
+      if (call !== undefined) {
+        call.closed();
+        return;
+      }
+      if (!over) {
+        over = true;
+        release();
+      }
+      alarm.cancel();
+    });
     stream.on('end', () => {
-      if (size < 0) return;
-      if (chunks !== undefined) body = Buffer.concat(chunks, size);
-      this.dispatch(stream, method, body, encoding, deadline);
+      if (over) return;
+      over = true;
+      const whole = chunks !== undefined ? Buffer.concat(chunks, size) : body;
+      release();
+      if (deadline === Infinity) alarm.cancel();
+      call = this.dispatch(
+        stream,
+        method,
+        whole,
+        encoding,
+        deadline,
+        deadline === Infinity ? undefined : alarm,
+      );
+      if (call === undefined) alarm.cancel();
     });
   }
 
@@ -441,12 +730,17 @@ export class GrpcServer {
     body: Buffer | undefined,
     encoding: string | undefined,
     deadline: number,
-  ): void {
-    if (stream.destroyed || stream.closed) return;
+    alarm: Alarm | undefined,
+  ): Call | undefined {
+    if (stream.destroyed || stream.closed) return undefined;
     const message = readMessage(body, encoding);
     if ('code' in message) {
-      respondFailure(stream, message);
-      return;
+      respondFailure(
+        stream,
+        message,
+        message.code === status.UNIMPLEMENTED ? { 'grpc-accept-encoding': ACCEPT_ENCODING } : undefined,
+      );
+      return undefined;
     }
     let request: unknown;
     try {
@@ -456,10 +750,19 @@ export class GrpcServer {
         code: status.INTERNAL,
         details: `Error deserializing request: ${err instanceof Error ? err.message : String(err)}`,
       });
-      return;
+      return undefined;
     }
-    new Call(stream, method, request, deadline).run();
+    const call = new Call(stream, method, request, deadline, alarm);
+    call.run();
+    return call;
   }
+}
+
+/** GOAWAY with a code and debug text, once per connection; the connection ends after its streams. */
+function goAway(session: http2.ServerHttp2Session, code: number, debug: string): void {
+  if (session.closed || session.destroyed) return;
+  session.goaway(code, undefined, Buffer.from(debug));
+  session.close();
 }
 
 /** The one message of a unary or server-streaming request, decompressed. */
@@ -481,15 +784,31 @@ function readMessage(
     return { code: status.INTERNAL, details: 'Received more or less than one request message' };
   }
   const bytes = body.subarray(5);
+  // An uncompressed message is read whatever grpc-encoding says (the spec: the encoding applies
+  // to messages flagged compressed only).
   if (body[0] === 0) return { bytes };
+  if (encoding === undefined || encoding === 'identity') {
+    return { code: status.INTERNAL, details: 'Received a compressed message without a grpc-encoding' };
+  }
+  if (encoding !== 'gzip' && encoding !== 'deflate') {
+    return {
+      code: status.UNIMPLEMENTED,
+      details: `Received message compressed with unsupported encoding "${encoding}"`,
+    };
+  }
   try {
-    if (encoding === 'gzip') return { bytes: gunzipSync(bytes, { maxOutputLength: MAX_RECEIVE_BYTES }) };
-    if (encoding === 'deflate') return { bytes: inflateSync(bytes, { maxOutputLength: MAX_RECEIVE_BYTES }) };
+    const opts = { maxOutputLength: MAX_RECEIVE_BYTES };
+    return { bytes: encoding === 'gzip' ? gunzipSync(bytes, opts) : inflateSync(bytes, opts) };
   } catch (err) {
+    if ((err as { code?: string }).code === 'ERR_BUFFER_TOO_LARGE') {
+      return {
+        code: status.RESOURCE_EXHAUSTED,
+        details: `Received message that decompresses to more than ${MAX_RECEIVE_BYTES} bytes`,
+      };
+    }
     return {
       code: status.INTERNAL,
       details: `Received a compressed message that does not decompress: ${err instanceof Error ? err.message : String(err)}`,
     };
   }
-  return { code: status.INTERNAL, details: 'Received a compressed message without a grpc-encoding' };
 }

@@ -4,6 +4,8 @@
 // deployment (replicas, and the trigger-deletion annotation naming the machines to remove), and the
 // MachineDeployment, MachineSet and Machine controllers do the rest under their safety limits.
 
+import type { PeerCertificate } from 'node:tls';
+
 import { status } from '@grpc/grpc-js';
 
 import { Annotation } from '../api/constants.js';
@@ -30,7 +32,14 @@ import {
   unimplemented,
 } from './errors.js';
 import type { NodeGroup, NodeGroupFlag } from './groups.js';
-import { GrpcServer, type ServerStreamCall, type UnaryCall, type UnaryHandler } from './grpc.js';
+import {
+  GrpcServer,
+  type GrpcFailure,
+  type GrpcServerLimits,
+  type ServerStreamCall,
+  type UnaryCall,
+  type UnaryHandler,
+} from './grpc.js';
 import {
   carriesTemplate,
   instanceOf,
@@ -40,7 +49,7 @@ import {
   machineOfPlaceholder,
 } from './instances.js';
 import { GroupLookup, type NodeRef } from './lookup.js';
-import { RefusalLog, clientIdentity, describeClient, isAllowedClient } from './authz.js';
+import { RefusalLog, clientIdentity, describeClient, isAllowedClient, type ClientIdentity } from './authz.js';
 import { autoscalerMetrics, callRecorder, type AutoscalerMetrics, type CallRecorder } from './metrics.js';
 import { decodeDefaults, encodeGetOptionsResponse, type GetOptionsRequest } from './options-wire.js';
 import {
@@ -93,6 +102,8 @@ export interface AutoscalerServerOptions {
   providerPrice?: ((provider: string, req: NodePriceRequest) => NodePriceAnswer) | undefined;
   /** Events about the deployments and classes whose autoscaler annotations are refused. */
   recorder?: EventRecorder | undefined;
+  /** The transport's limits (the --grpc-* limit flags); unset fields take DEFAULT_GRPC_LIMITS. */
+  limits?: Partial<GrpcServerLimits> | undefined;
 }
 
 interface WireNode {
@@ -151,7 +162,7 @@ function notAutoscaled(): Buffer {
 export class AutoscalerServer {
   // Our own gRPC transport (grpc.ts): at the autoscaler's ~17,000 calls per loop, grpc-js's
   // per-call machinery cost as much as everything else the server does for a call.
-  private readonly server = new GrpcServer();
+  private readonly server: GrpcServer;
   private readonly lookup: GroupLookup;
   private readonly metrics: AutoscalerMetrics;
   private readonly log: Logger;
@@ -163,6 +174,7 @@ export class AutoscalerServer {
   >();
   private readonly healthWatchers = new Set<ServerStreamCall>();
   private readonly allowedClients: ReadonlySet<string>;
+  private readonly identities = new WeakMap<PeerCertificate, ClientIdentity>();
   private readonly optionProblems = new Set<string>();
   private readonly refusals: RefusalLog;
   private readonly prices: PriceBook;
@@ -176,6 +188,10 @@ export class AutoscalerServer {
     this.metrics = autoscalerMetrics(opts.registry);
     this.allowedClients = new Set(opts.tls?.allowedClientNames ?? []);
     this.refusals = new RefusalLog(opts.clock, this.log);
+    this.server = new GrpcServer(
+      opts.limits,
+      this.allowedClients.size === 0 ? undefined : (path, peer) => this.authorize(path, peer),
+    );
     this.prices = new PriceBook({
       lookup: this.lookup,
       informers: opts.informers,
@@ -284,26 +300,39 @@ export class AutoscalerServer {
   }
 
   /**
-   * Wraps a handler: authorization, status mapping, metrics, one debug line per call. A handler
-   * that answers synchronously (every read) is answered in the same turn, without promises.
+   * The allowlist (--grpc-client-allowed-names), asked by the transport when a stream opens, before
+   * its body is read: a refused client holds no memory. Health stays open (see the constructor).
+   * A certificate's names are read once per connection.
+   */
+  private authorize(path: string, peer: PeerCertificate | undefined): GrpcFailure | undefined {
+    if (!path.startsWith(`/${CLOUD_PROVIDER_SERVICE}/`)) return undefined;
+    let id: ClientIdentity | undefined;
+    if (peer !== undefined) {
+      id = this.identities.get(peer);
+      if (id === undefined) {
+        id = clientIdentity(peer);
+        if (id !== undefined) this.identities.set(peer, id);
+      }
+    }
+    if (isAllowedClient(id, this.allowedClients)) return undefined;
+    const method = path.slice(path.lastIndexOf('/') + 1);
+    const client = describeClient(id);
+    callRecorder(this.metrics, method).record(status[status.PERMISSION_DENIED], 0);
+    this.refusals.refused(client, method);
+    return {
+      code: status.PERMISSION_DENIED,
+      details: `the client certificate (${client}) is not allowed to call this server (--grpc-client-allowed-names)`,
+    };
+  }
+
+  /**
+   * Wraps a handler: status mapping, metrics, one debug line per call. A handler that answers
+   * synchronously (every read) is answered in the same turn, without promises.
    */
   private unary(method: string, fn: Handler): UnaryHandler {
     const recorder = callRecorder(this.metrics, method);
     return (call) => {
       const started = performance.now();
-      if (this.allowedClients.size > 0) {
-        const id = clientIdentity(call.peerCertificate());
-        if (!isAllowedClient(id, this.allowedClients)) {
-          const client = describeClient(id);
-          done(recorder, started, status[status.PERMISSION_DENIED]);
-          this.refusals.refused(client, method);
-          call.fail({
-            code: status.PERMISSION_DENIED,
-            details: `the client certificate (${client}) is not allowed to call this server (--grpc-client-allowed-names)`,
-          });
-          return;
-        }
-      }
       let res: unknown;
       try {
         res = fn(call.request as Record<string, unknown>, deadlineOf(call));

@@ -85,3 +85,11 @@ export function cloudProviderClient(
 export function grpcCode(err: unknown): number | undefined {
   return typeof err === 'object' && err !== null && 'code' in err ? Number(err.code) : undefined;
 }
+
+/** A gRPC message frame: uncompressed (or compressed) flag, big-endian length, the message. */
+export function grpcFrame(message: Buffer, compressed = false): Buffer {
+  const head = Buffer.alloc(5);
+  head[0] = compressed ? 1 : 0;
+  head.writeUInt32BE(message.length, 1);
+  return Buffer.concat([head, message]);
+}

@@ -109,6 +109,42 @@ describe('parseArgs (gardener MCM flag names and defaults)', () => {
     expect(c).to.deep.include({ awsInstanceStatusIntervalMs: 0, awsImpairedTimeoutMs: 150_000 });
   });
 
+  it("reads the gRPC server's limits, with grpc-go's keepalive defaults and 100 streams per connection", () => {
+    const d = parseArgs([]);
+    if (d === 'help') throw new Error('help');
+    expect(d).to.deep.include({
+      grpcMaxConcurrentStreams: 100,
+      grpcMaxPendingRequestBytes: 64 * 1024 * 1024,
+      grpcRequestReadTimeoutMs: 30_000,
+      grpcKeepaliveMinTimeMs: 300_000,
+      grpcKeepalivePermitWithoutStream: false,
+      grpcMaxConnectionIdleMs: 0,
+      grpcMaxConnectionAgeMs: 0,
+      grpcMaxConnectionAgeGraceMs: 30_000,
+    });
+    const c = parseArgs([
+      '--grpc-max-concurrent-streams=8',
+      '--grpc-max-pending-request-bytes=16777216',
+      '--grpc-request-read-timeout=5s',
+      '--grpc-keepalive-min-time=10s',
+      '--grpc-keepalive-permit-without-stream',
+      '--grpc-max-connection-idle=15m',
+      '--grpc-max-connection-age=2h',
+      '--grpc-max-connection-age-grace=1m',
+    ]);
+    if (c === 'help') throw new Error('help');
+    expect(c).to.deep.include({
+      grpcMaxConcurrentStreams: 8,
+      grpcMaxPendingRequestBytes: 16 * 1024 * 1024,
+      grpcRequestReadTimeoutMs: 5_000,
+      grpcKeepaliveMinTimeMs: 10_000,
+      grpcKeepalivePermitWithoutStream: true,
+      grpcMaxConnectionIdleMs: 900_000,
+      grpcMaxConnectionAgeMs: 7_200_000,
+      grpcMaxConnectionAgeGraceMs: 60_000,
+    });
+  });
+
   it('accepts and ignores the MCM flags that have no meaning here', () => {
     expect(() =>
       parseArgs(['--kube-api-content-type=application/vnd.kubernetes.protobuf', '--profiling']),
@@ -131,6 +167,9 @@ describe('parseArgs (gardener MCM flag names and defaults)', () => {
     [['--aws-interruption-drain-timeout=0s'], /more than 0/],
     [['--aws-unavailable-offering-ttl=-1s'], /invalid duration "-1s": must not be negative/],
     [['--aws-impaired-timeout=0s'], /--aws-impaired-timeout: must be more than 0/],
+    [['--grpc-max-concurrent-streams=0'], /--grpc-max-concurrent-streams: must be >= 1/],
+    [['--grpc-max-pending-request-bytes=1000'], /--grpc-max-pending-request-bytes: must be >= 4194309/],
+    [['--grpc-request-read-timeout=0s'], /--grpc-request-read-timeout: must be above 0/],
   ];
   for (const [args, msg] of errors) {
     it(`rejects ${args.join(' ')} with a clear message`, () => {

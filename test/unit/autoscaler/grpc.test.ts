@@ -11,18 +11,10 @@ import {
   type UnaryCall,
 } from '../../../lib/autoscaler/grpc.js';
 import { cloudProviderService, encodeResponse, healthService } from '../../../lib/autoscaler/proto.js';
-import { cloudProviderClient, grpcCode } from '../../harness/grpcclient.js';
+import { cloudProviderClient, grpcCode, grpcFrame as frame } from '../../harness/grpcclient.js';
 
 const CLOUD = '/clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider';
 const HEALTH = '/grpc.health.v1.Health';
-
-/** A gRPC message frame: uncompressed (or compressed) flag, big-endian length, the message. */
-function frame(message: Buffer, compressed = false): Buffer {
-  const head = Buffer.alloc(5);
-  head[0] = compressed ? 1 : 0;
-  head.writeUInt32BE(message.length, 1);
-  return Buffer.concat([head, message]);
-}
 
 interface RawResponse {
   headers: http2.IncomingHttpHeaders;
