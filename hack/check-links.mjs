@@ -1,5 +1,5 @@
 // @ts-check
-// Checks the relative links of README.md and docs/**/*.md: a linked file must exist (relative to
+// Checks the relative links of README.md, CHANGELOG.md, docs/**/*.md and the charts' READMEs: a linked file must exist (relative to
 // the linking file; a leading / is the repository root), and a #fragment must name a heading or an
 // HTML anchor of the target Markdown file, as GitHub computes heading anchors: lowercase,
 // punctuation other than - and _ dropped, each space a -, a repeated heading suffixed -1, -2 …
@@ -13,10 +13,18 @@ import { fileURLToPath } from 'node:url';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
-/** @returns {string[]} README.md and every .md file under docs/, relative to the root, sorted. */
+/**
+ * @returns {string[]} README.md, CHANGELOG.md, every .md file under docs/ and each chart's README,
+ * relative to the root, sorted.
+ */
 function defaultFiles() {
   /** @type {string[]} */
-  const files = existsSync(path.join(root, 'README.md')) ? ['README.md'] : [];
+  const files = ['README.md', 'CHANGELOG.md'].filter((f) => existsSync(path.join(root, f)));
+  if (existsSync(path.join(root, 'charts'))) {
+    for (const c of readdirSync(path.join(root, 'charts'))) {
+      if (existsSync(path.join(root, 'charts', c, 'README.md'))) files.push(`charts/${c}/README.md`);
+    }
+  }
   /** @param {string} dir */
   const walk = (dir) => {
     if (!existsSync(path.join(root, dir))) return;
