@@ -94,12 +94,23 @@ function hpack(headers: [string, string][]): Buffer {
 /**
  * A raw HTTP/2 client that ignores the server's SETTINGS: opens `streams` request streams at once
  * (headers only, bodies never sent) and resolves with the RST_STREAM codes the server sent, by
- * stream id, after `ms`.
+ * stream id, once `resets` of them came (or after 5 s).
  */
-function rawStreams(port: number, path: string, streams: number, ms: number): Promise<Map<number, number>> {
+function rawStreams(
+  port: number,
+  path: string,
+  streams: number,
+  resets: number,
+): Promise<Map<number, number>> {
   return new Promise((resolve, reject) => {
     const sock = net.connect(port, '127.0.0.1');
-    const resets = new Map<number, number>();
+    const got = new Map<number, number>();
+    const done = (): void => {
+      clearTimeout(timer);
+      sock.destroy();
+      resolve(got);
+    };
+    const timer = setTimeout(done, 5_000);
     let buf = Buffer.alloc(0);
     sock.on('error', reject);
     sock.on('data', (d: Buffer) => {
@@ -109,11 +120,12 @@ function rawStreams(port: number, path: string, streams: number, ms: number): Pr
         if (buf.length < 9 + len) break;
         const type = buf[3];
         const id = buf.readUInt32BE(5) & 0x7fffffff;
-        if (type === 0x3) resets.set(id, buf.readUInt32BE(9));
+        if (type === 0x3) got.set(id, buf.readUInt32BE(9));
         // SETTINGS without ACK: acknowledge it, as a client must.
         if (type === 0x4 && (buf[4] ?? 0) === 0) sock.write(h2frame(0x4, 0x1, 0, Buffer.alloc(0)));
         buf = buf.subarray(9 + len);
       }
+      if (got.size >= resets) done();
     });
     sock.on('connect', () => {
       const out: Buffer[] = [
@@ -130,12 +142,17 @@ function rawStreams(port: number, path: string, streams: number, ms: number): Pr
       // END_HEADERS only: the request bodies never come.
       for (let i = 0; i < streams; i++) out.push(h2frame(0x1, 0x4, 1 + 2 * i, block));
       sock.write(Buffer.concat(out));
-      setTimeout(() => {
-        sock.destroy();
-        resolve(resets);
-      }, ms);
     });
   });
+}
+
+/** Waits until cond() holds (polling every 5 ms), failing with `what` after 5 s. */
+async function eventually(what: string, cond: () => boolean): Promise<void> {
+  const deadline = Date.now() + 5_000;
+  while (!cond()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
 }
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
@@ -219,14 +236,13 @@ describe('autoscaler gRPC transport: limits against a misbehaving client', () =>
     await ping(s);
     expect(s.remoteSettings.maxConcurrentStreams).to.equal(2);
     // node's client queues streams beyond the setting; a raw client that ignores it opens 5.
-    const resets = await rawStreams(port, `${CLOUD}/Refresh`, 5, 300);
+    const resets = await rawStreams(port, `${CLOUD}/Refresh`, 5, 3);
     expect([...resets.entries()].sort()).to.deep.equal([
       [5, http2.constants.NGHTTP2_REFUSED_STREAM],
       [7, http2.constants.NGHTTP2_REFUSED_STREAM],
       [9, http2.constants.NGHTTP2_REFUSED_STREAM],
     ]);
-    await sleep(50);
-    expect(server.pendingRequestBytes).to.equal(0);
+    await eventually('nothing held', () => server.pendingRequestBytes === 0);
   });
 
   it('answers RESOURCE_EXHAUSTED to a request beyond the bytes all unfinished requests may hold, and releases them all', async () => {
@@ -237,8 +253,7 @@ describe('autoscaler gRPC transport: limits against a misbehaving client', () =>
         Buffer.alloc(0),
     );
     const first = request(s, `${CLOUD}/NodeGroupForNode`, big.subarray(0, 70_000), { end: false });
-    await sleep(50);
-    expect(server.pendingRequestBytes).to.equal(70_000);
+    await eventually('70,000 bytes held', () => server.pendingRequestBytes === 70_000);
     const second = request(s, `${CLOUD}/Refresh`, frame(Buffer.alloc(40_000)));
     const refused = await second.answer;
     expect(refused.code).to.equal(status.RESOURCE_EXHAUSTED);
@@ -249,12 +264,10 @@ describe('autoscaler gRPC transport: limits against a misbehaving client', () =>
     expect(server.pendingRequestBytes).to.equal(0);
     // A client that goes away mid-request leaves nothing held either.
     const gone = request(s, `${CLOUD}/Refresh`, Buffer.alloc(50_000), { end: false });
-    await sleep(50);
-    expect(server.pendingRequestBytes).to.equal(50_000);
+    await eventually('50,000 bytes held', () => server.pendingRequestBytes === 50_000);
     gone.stream.close(http2.constants.NGHTTP2_CANCEL);
     await gone.answer;
-    await sleep(20);
-    expect(server.pendingRequestBytes).to.equal(0);
+    await eventually('nothing held', () => server.pendingRequestBytes === 0);
   });
 
   it('counts the deadline from the headers: a stalled body is answered DEADLINE_EXCEEDED at its grpc-timeout', async () => {
@@ -281,10 +294,13 @@ describe('autoscaler gRPC transport: limits against a misbehaving client', () =>
     expect(a.code).to.equal(status.DEADLINE_EXCEEDED);
     expect(a.message).to.equal('the request was not complete 200 ms after its headers');
     expect(Date.now() - before).to.be.within(190, 2_000);
-    // A complete request is not bound by it: a held call waits for its handler.
+    // A complete request is not bound by it: a held call waits for its handler past 200 ms.
     const call = request(s, `${CLOUD}/NodeGroupIncreaseSize`, frame(Buffer.alloc(0)));
+    let settled = false;
+    void call.answer.then(() => (settled = true));
+    await eventually('the call held', () => held.length === 1);
     await sleep(400);
-    expect(held).to.have.length(1);
+    expect(settled, 'answered before its handler did').to.equal(false);
     held[0]?.answer({});
     expect((await call.answer).code).to.equal(status.OK);
   });
@@ -296,8 +312,11 @@ describe('autoscaler gRPC transport: limits against a misbehaving client', () =>
     const call = request(s, `${CLOUD}/NodeGroupIncreaseSize`, frame(Buffer.alloc(0)), {
       headers: { 'grpc-timeout': '99999999H' },
     });
+    let settled = false;
+    void call.answer.then(() => (settled = true));
+    await eventually('the call held', () => held.length === 1);
     await sleep(200);
-    expect(held).to.have.length(1);
+    expect(settled, 'answered before its handler did').to.equal(false);
     held[0]?.answer({});
     expect((await call.answer).code).to.equal(status.OK);
   });
@@ -358,8 +377,7 @@ describe('autoscaler gRPC transport: limits against a misbehaving client', () =>
     // The held call is cut when the grace ends.
     const a = await call.answer;
     expect(a.code).to.not.equal(status.OK);
-    await sleep(50);
-    expect(server.connectionCount).to.equal(0);
+    await eventually('the connection closed', () => server.connectionCount === 0);
   });
 
   it('compression as the spec has it: an unknown grpc-encoding on an uncompressed message is read; a compressed one is UNIMPLEMENTED with grpc-accept-encoding; one that inflates past 4 MiB is RESOURCE_EXHAUSTED', async () => {
