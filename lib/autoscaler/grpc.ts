@@ -41,6 +41,8 @@ const MAX_PING_STRIKES = 2;
 /** grpc-go: without streams (and not permitted), pings closer than 2 hours are strikes. */
 const PING_WITHOUT_STREAM_MS = 2 * 3_600_000;
 const ACCEPT_ENCODING = 'identity,deflate,gzip';
+/** How long a client still sending after its failure was answered has before its stream is reset. */
+const REFUSED_STREAM_LINGER_MS = 1000;
 
 const CONTENT_TYPE = 'application/grpc+proto';
 const OK_HEADERS: http2.OutgoingHttpHeaders = {
@@ -353,8 +355,17 @@ function respondFailure(
     END_STREAM,
   );
   // A client still sending (a refused, stalled or oversized request) is told to stop: RST_STREAM
-  // NO_ERROR after the complete response, as HTTP/2 allows and grpc-go does; the stream ends here.
-  if (!stream.readableEnded) stream.close(http2.constants.NGHTTP2_NO_ERROR);
+  // NO_ERROR after the complete response, as HTTP/2 allows and grpc-go does, so the stream does
+  // not hold a slot of its connection. Not in the same turn: a reset that reaches the client with
+  // the response (node 22's http2) makes it drop the response it has not delivered yet.
+  if (!stream.readableEnded) {
+    const timer = setTimeout(() => {
+      if (!stream.closed && !stream.destroyed) stream.close(http2.constants.NGHTTP2_NO_ERROR);
+    }, REFUSED_STREAM_LINGER_MS);
+    stream.once('close', () => {
+      clearTimeout(timer);
+    });
+  }
 }
 
 /** The verified client certificate of a mutual-TLS connection, read once per connection. */

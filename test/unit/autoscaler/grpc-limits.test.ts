@@ -47,7 +47,12 @@ function request(
     stream.on('trailers', (t: http2.IncomingHttpHeaders) => (trailers = t));
     stream.on('data', () => undefined);
     stream.on('error', () => undefined);
-    stream.on('close', () => {
+    // Answered when the response ends (the server's END_STREAM) or the stream closes (a reset),
+    // whichever comes first: a client still sending keeps its stream open after the answer.
+    let done = false;
+    const settle = (): void => {
+      if (done) return;
+      done = true;
       const code = Number(trailers['grpc-status'] ?? headers['grpc-status'] ?? Number.NaN);
       const message = decodeURIComponent(String(trailers['grpc-message'] ?? headers['grpc-message'] ?? ''));
       resolve({
@@ -57,7 +62,9 @@ function request(
         message,
         ...(Number.isNaN(code) ? { rstCode: stream.rstCode } : {}),
       });
-    });
+    };
+    stream.on('end', settle);
+    stream.on('close', settle);
   });
   stream.write(body);
   if (opts.end !== false) stream.end();
