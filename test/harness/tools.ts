@@ -10,6 +10,8 @@ export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)
 export interface ToolVersions {
   ETCD_VERSION: string;
   KUBERNETES_VERSION: string;
+  /** Comma-separated older Kubernetes releases the compatibility suites run on. */
+  KUBERNETES_COMPAT_VERSIONS: string;
   KWOK_VERSION: string;
   HELM_VERSION: string;
   CLUSTER_AUTOSCALER_VERSION: string;
@@ -41,6 +43,7 @@ export function readToolVersions(): ToolVersions {
   return {
     ETCD_VERSION: get('ETCD_VERSION'),
     KUBERNETES_VERSION: get('KUBERNETES_VERSION'),
+    KUBERNETES_COMPAT_VERSIONS: get('KUBERNETES_COMPAT_VERSIONS'),
     KWOK_VERSION: get('KWOK_VERSION'),
     HELM_VERSION: get('HELM_VERSION'),
     CLUSTER_AUTOSCALER_VERSION: get('CLUSTER_AUTOSCALER_VERSION'),
@@ -58,6 +61,32 @@ export function toolsDir(): string {
   if (env !== undefined && env !== '') return env;
   const cache = process.env.XDG_CACHE_HOME ?? path.join(homedir(), '.cache');
   return path.join(cache, 'mcm-ts', 'tools');
+}
+
+/** The Kubernetes releases the compatibility suites run on (KUBERNETES_COMPAT_VERSIONS), oldest first. */
+export function kubernetesCompatVersions(): string[] {
+  return readToolVersions()
+    .KUBERNETES_COMPAT_VERSIONS.split(',')
+    .map((s) => s.trim())
+    .filter((s) => s !== '');
+}
+
+/**
+ * The Kubernetes release the tests' control planes run: KUBERNETES_VERSION, or the one named by
+ * MCM_KUBERNETES_VERSION (the compatibility suites), which must be pinned in hack/versions.env.
+ */
+export function kubernetesVersion(): string {
+  const primary = readToolVersions().KUBERNETES_VERSION;
+  const wanted = process.env.MCM_KUBERNETES_VERSION;
+  if (wanted === undefined || wanted === '' || wanted === primary) return primary;
+  const compat = kubernetesCompatVersions();
+  if (!compat.includes(wanted)) {
+    throw new Error(
+      `MCM_KUBERNETES_VERSION=${wanted} is not pinned in hack/versions.env ` +
+        `(KUBERNETES_VERSION ${primary}, KUBERNETES_COMPAT_VERSIONS ${compat.join(', ')})`,
+    );
+  }
+  return wanted;
 }
 
 export type Binary =
@@ -88,7 +117,21 @@ const component: Record<Binary, { dir: string; version: keyof ToolVersions }> = 
 /** Directory of a component's build (bin/ and data such as kwok's stages/). */
 export function componentDir(bin: Binary): string {
   const c = component[bin];
-  return path.join(toolsDir(), `${c.dir}-${readToolVersions()[c.version]}`);
+  const v = readToolVersions();
+  let version = c.version === 'KUBERNETES_VERSION' ? kubernetesVersion() : v[c.version];
+  // helm's default Kubernetes version is compiled in (hack/tools.sh): one build per minor.
+  if (bin === 'helm')
+    version += `-k8s${v.KUBERNETES_VERSION.replace(/^v/, '').split('.').slice(0, 2).join('.')}`;
+  return path.join(toolsDir(), `${c.dir}-${version}`);
+}
+
+/** The hack/tools.sh component that builds a binary (`kube-v1.35.4` for a compatibility version). */
+function buildComponent(bin: Binary): string {
+  const c = component[bin];
+  if (c.version === 'KUBERNETES_VERSION' && kubernetesVersion() !== readToolVersions().KUBERNETES_VERSION) {
+    return `kube-${kubernetesVersion()}`;
+  }
+  return c.dir;
 }
 
 /**
@@ -97,7 +140,7 @@ export function componentDir(bin: Binary): string {
  */
 function binaryCandidates(bin: Binary): string[] {
   const own = path.join(componentDir(bin), 'bin', bin);
-  if (bin !== 'kube-apiserver') return [own];
+  if (bin !== 'kube-apiserver' || kubernetesVersion() !== readToolVersions().KUBERNETES_VERSION) return [own];
   return [own, path.join(toolsDir(), `kube-apiserver-${readToolVersions().KUBERNETES_VERSION}`, 'bin', bin)];
 }
 
@@ -112,7 +155,7 @@ export function binaryPath(bin: Binary): string {
   const p = candidates.find((c) => existsSync(c));
   if (p === undefined) {
     throw new Error(
-      `${bin} is not built (expected ${candidates[0] ?? bin}); run \`bash hack/tools.sh ${component[bin].dir}\` ` +
+      `${bin} is not built (expected ${candidates[0] ?? bin}); run \`bash hack/tools.sh ${buildComponent(bin)}\` ` +
         '(or `npm run tools` for every component) first',
     );
   }
@@ -138,6 +181,18 @@ export function newestAutoscalerVersion(): string {
   const all = autoscalerVersions();
   const newest = all[all.length - 1];
   if (newest === undefined) throw new Error('hack/versions.env pins no cluster-autoscaler version');
+  return newest;
+}
+
+/**
+ * The newest pinned cluster-autoscaler that is built or can be built here: the newest release
+ * when its sources are there (or it is built), else an older one, down to the module-proxy release,
+ * which any machine with the Go module proxy can build (dev mode on a bare clone).
+ */
+export function newestUsableAutoscalerVersion(): string {
+  const usable = autoscalerVersions().filter((v) => autoscalerUnavailableReason(v) === undefined);
+  const newest = usable[usable.length - 1];
+  if (newest === undefined) throw new Error('no pinned cluster-autoscaler can be built here');
   return newest;
 }
 

@@ -111,7 +111,7 @@ describe('test summary (npm test, .ci/run)', () => {
         .map((l) => JSON.parse(l) as object);
       const r = summarize(lines, ['demo']);
       expect(r.out).to.deep.equal([
-        'demo: 1 passed, 1 failed, 0 skipped',
+        `demo: 1 passed, 1 failed, 0 skipped [Node.js ${process.version}]`,
         '  failed: group times out: timed out waiting for x',
         '1 passed, 1 failed',
       ]);
@@ -122,12 +122,40 @@ describe('test summary (npm test, .ci/run)', () => {
   });
 });
 
+describe('test summary: what each suite ran on', () => {
+  it('names after each suite the Kubernetes and Node.js releases its processes reported', () => {
+    const r = summarize(
+      [
+        { suite: 'integration', passed: 2, failed: 0, skipped: 0, node: 'v26.10.0', kubernetes: 'v1.37.2' },
+        {
+          suite: 'integration-k8s1.35.4',
+          passed: 1,
+          failed: 0,
+          skipped: 0,
+          node: 'v26.10.0',
+          kubernetes: 'v1.35.4',
+        },
+        { suite: 'unit', passed: 3, failed: 0, skipped: 0, node: 'v26.10.0' },
+      ],
+      ['unit', 'integration', 'integration-k8s1.35.4'],
+    );
+    expect(r.out).to.deep.equal([
+      'unit: 3 passed, 0 failed, 0 skipped [Node.js v26.10.0]',
+      'integration: 2 passed, 0 failed, 0 skipped [Kubernetes v1.37.2, Node.js v26.10.0]',
+      'integration-k8s1.35.4: 1 passed, 0 failed, 0 skipped [Kubernetes v1.35.4, Node.js v26.10.0]',
+      '6 passed, 0 failed',
+    ]);
+    expect(r.status).to.equal(0);
+  });
+});
+
 describe('mocha configuration of every suite', () => {
   const configs = readdirSync(repoRoot).filter((f) => /^\.mocharc\..+\.json$/.test(f));
 
   it('forbids .only and pending tests in every suite, so neither can leave CI green on a subset', () => {
     expect(configs.sort()).to.deep.equal([
       '.mocharc.chaos.json',
+      '.mocharc.compat.json',
       '.mocharc.conformance.json',
       '.mocharc.e2e.json',
       '.mocharc.integration.json',

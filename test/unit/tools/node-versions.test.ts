@@ -37,7 +37,7 @@ describe('supported Node.js releases', () => {
 
   it('pins the Node.js release of the Dockerfile’s base image as the image’s version', () => {
     const dockerfile = readFileSync(path.join(repoRoot, 'Dockerfile'), 'utf8');
-    expect(dockerfile).to.match(/^ARG NODE_IMAGE=node:(\d+)-bookworm-slim@sha256:[0-9a-f]{64}$/m);
+    expect(dockerfile).to.match(/^ARG NODE_IMAGE=node:(\d+)-(bookworm|trixie)-slim@sha256:[0-9a-f]{64}$/m);
     const major = /^ARG NODE_IMAGE=node:(\d+)-/m.exec(dockerfile)?.[1];
     expect(pinned.image.split('.')[0]).to.equal(major);
     expect(dockerfile).to.contain(`Node ${pinned.image},`);
