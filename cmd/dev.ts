@@ -43,6 +43,7 @@ import {
   binaryPath,
   isBuilt,
   newestAutoscalerVersion,
+  newestUsableAutoscalerVersion,
   repoRoot,
 } from '../test/harness/tools.js';
 
@@ -200,15 +201,23 @@ function say(line = ''): void {
   process.stdout.write(`${line}\n`);
 }
 
-/** The cluster-autoscaler dev mode runs, when wanted and buildable here. */
-function wantedAutoscaler(opts: DevOptions): { version: string; built: boolean; tool: string } | undefined {
+/**
+ * The cluster-autoscaler dev mode runs, when wanted: the newest pinned release that can be built
+ * here (on a clone without ../shared, where the newer releases' sources are, the module proxy's
+ * release), with why it is not the newest pinned.
+ */
+function wantedAutoscaler(
+  opts: DevOptions,
+): { version: string; built: boolean; tool: string; olderBecause?: string } | undefined {
   if (!opts.autoscaler) return undefined;
-  const version = newestAutoscalerVersion();
-  if (autoscalerUnavailableReason(version) !== undefined) return undefined;
+  const version = newestUsableAutoscalerVersion();
+  const newest = newestAutoscalerVersion();
+  const olderBecause = version === newest ? undefined : autoscalerUnavailableReason(newest);
   return {
     version,
     built: existsSync(path.join(autoscalerDir(version), 'bin', 'cluster-autoscaler')),
     tool: autoscalerComponent(version),
+    ...(olderBecause === undefined ? {} : { olderBecause }),
   };
 }
 
@@ -309,12 +318,14 @@ async function main(): Promise<number> {
     }
     await manager.start();
     await apply(client, ec2);
-    if (opts.autoscaler) {
-      if (wantedCA === undefined) {
-        say(
-          `Not starting the cluster-autoscaler: ${autoscalerUnavailableReason(newestAutoscalerVersion()) ?? ''}`,
-        );
-      } else if (wantedCA.built) {
+    if (wantedCA?.olderBecause !== undefined) {
+      say(
+        `Using cluster-autoscaler ${wantedCA.version}, the newest that can be built here, ` +
+          `not ${newestAutoscalerVersion()}: ${wantedCA.olderBecause}`,
+      );
+    }
+    if (wantedCA !== undefined) {
+      if (wantedCA.built) {
         say(`Starting cluster-autoscaler ${wantedCA.version}...`);
         autoscaler = await startAutoscalerNow(wantedCA.version);
       }

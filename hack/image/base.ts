@@ -1,8 +1,7 @@
-// The local stand-in for node:22-bookworm-slim: no registry of container images is reachable
-// here, so the base is built from Debian's packages. Debian 12 (bookworm) ships Node 18, too old to
-// run the manager; Debian 13 (trixie) ships nodejs 20.19.x (no longer a supported release: the
-// official 22 build on bookworm would be the faithful base, still to do), so the base is a trixie
-// minbase with Debian's nodejs, laid out like the official image where the Dockerfile acts on it:
+// The local stand-in for node:26-trixie-slim: no registry of container images is reachable
+// here, so the base is built from Debian's packages: a Debian 13 (trixie, the official image's
+// release too) minbase with Debian's nodejs 20.19.x (no longer a supported release: the official
+// 26 build would be the faithful base, still to do), laid out like the official image where the Dockerfile acts on it:
 // npm, corepack and yarn from the npm registry under /usr/local and /opt (the official image's
 // paths, which the runtime stage removes), and the node user as uid/gid 1000.
 

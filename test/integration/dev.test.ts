@@ -11,7 +11,13 @@ import { KubeClient } from '../../lib/kube/client.js';
 import { CoreResources } from '../../lib/kube/resources.js';
 import type { Pod } from '../../lib/kube/types.js';
 import { processExists } from '../harness/process.js';
-import { binaryPath, readToolVersions, repoRoot, toolsDir } from '../harness/tools.js';
+import {
+  binaryPath,
+  newestAutoscalerVersion,
+  readToolVersions,
+  repoRoot,
+  toolsDir,
+} from '../harness/tools.js';
 import { until } from './env/until.js';
 
 const devScript = path.join(repoRoot, 'dist', 'cmd', 'dev.js');
@@ -67,6 +73,24 @@ function partialToolsDir(scratch: string): string {
   return dir;
 }
 
+/**
+ * The tools directory of a clone without ../shared: links to every build of this machine except
+ * the cluster-autoscaler releases built from the source tarballs there.
+ */
+function bareCloneToolsDir(scratch: string): string {
+  const fromSources = new Set(
+    readToolVersions()
+      .CLUSTER_AUTOSCALER_SOURCE_VERSIONS.split(',')
+      .map((v) => `cluster-autoscaler-${v.trim()}`),
+  );
+  const dir = path.join(scratch, 'tools');
+  mkdirSync(dir);
+  for (const entry of readdirSync(toolsDir())) {
+    if (!fromSources.has(entry)) symlinkSync(path.join(toolsDir(), entry), path.join(dir, entry));
+  }
+  return dir;
+}
+
 /** dev.js in its own process group (a terminal's foreground job), its output collected. */
 function startDev(
   args: string[],
@@ -95,19 +119,43 @@ function killGroup(pid: number): void {
 describe('dev mode (npm start)', function () {
   this.timeout(300_000);
 
-  const cases: [string, (pid: number) => void][] = [
+  const oldest = readToolVersions().CLUSTER_AUTOSCALER_VERSION;
+  const cases: { how: string; signal: (pid: number) => void; bareClone: boolean }[] = [
     // What Ctrl-C in a terminal does: every process of the foreground group gets SIGINT.
-    ['Ctrl-C (SIGINT to its whole process group)', (pid) => process.kill(-pid, 'SIGINT')],
-    ['SIGTERM to the dev mode process alone', (pid) => process.kill(pid, 'SIGTERM')],
+    {
+      how: 'Ctrl-C (SIGINT to its whole process group)',
+      signal: (pid) => process.kill(-pid, 'SIGINT'),
+      bareClone: false,
+    },
+    // On a clone without ../shared (no sources of the newer autoscaler releases), with the
+    // autoscaler: it runs the module proxy's release and says why that one.
+    {
+      how: 'SIGTERM to the dev mode process alone',
+      signal: (pid) => process.kill(pid, 'SIGTERM'),
+      bareClone: true,
+    },
   ];
-  for (const [how, signal] of cases) {
-    it(`on ${how} stops every process, removes the control plane's directory and keeps the logs`, async () => {
+  for (const { how, signal, bareClone } of cases) {
+    const title = bareClone
+      ? `on a clone without ../shared runs cluster-autoscaler ${oldest} and says why; on ${how} stops every process, removes the control plane's directory and keeps the logs`
+      : `on ${how} stops every process, removes the control plane's directory and keeps the logs`;
+    it(title, async () => {
       const scratch = mkdtempSync(path.join(tmpdir(), 'mcm-devtest-'));
       const tmp = path.join(scratch, 'tmp');
       const devDir = path.join(scratch, 'dev');
       mkdirSync(tmp);
-      const child = spawn(process.execPath, [devScript, '--no-autoscaler'], {
-        env: { ...process.env, TMPDIR: tmp, MCM_DEV_DIR: devDir },
+      const child = spawn(process.execPath, [devScript, ...(bareClone ? [] : ['--no-autoscaler'])], {
+        env: {
+          ...process.env,
+          TMPDIR: tmp,
+          MCM_DEV_DIR: devDir,
+          ...(bareClone
+            ? {
+                MCM_CA_SOURCES_DIR: path.join(scratch, 'no-shared'),
+                MCM_TOOLS_DIR: bareCloneToolsDir(scratch),
+              }
+            : {}),
+        },
         // Its own process group, like a terminal's foreground job.
         detached: true,
         stdio: ['ignore', 'pipe', 'pipe'],
@@ -126,10 +174,18 @@ describe('dev mode (npm start)', function () {
           240_000,
         );
         expect(code, `dev mode exited during start-up:\n${out}`).to.equal(undefined);
+        if (bareClone) {
+          expect(out).to.contain(
+            `Using cluster-autoscaler ${oldest}, the newest that can be built here, not ${newestAutoscalerVersion()}: ` +
+              `cluster-autoscaler ${newestAutoscalerVersion()} is built from source tarballs, and ${path.join(scratch, 'no-shared')} is absent`,
+          );
+          expect(out).to.contain(`cluster-autoscaler ${oldest} scales "workers"`);
+        }
         const pids = descendants(pid);
-        expect(pids.length, 'etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok').to.equal(
-          5,
-        );
+        expect(
+          pids.length,
+          `etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok${bareClone ? ', cluster-autoscaler' : ''}`,
+        ).to.equal(bareClone ? 6 : 5);
         const workDirs = readdirSync(tmp);
         expect(workDirs.filter((d) => d.startsWith('mcm-cp-'))).to.have.length(1);
 
@@ -141,7 +197,9 @@ describe('dev mode (npm start)', function () {
         await until('every component process gone', () => pids.every((p) => !processExists(p)), 15_000);
         expect(readdirSync(tmp), 'nothing left in the temporary directory').to.deep.equal([]);
         expect(readdirSync(devDir).sort()).to.deep.equal(['kubeconfig', 'logs']);
-        expect(readdirSync(path.join(devDir, 'logs')).sort()).to.deep.equal(COMPONENT_LOGS);
+        expect(readdirSync(path.join(devDir, 'logs')).sort()).to.deep.equal(
+          bareClone ? [`cluster-autoscaler-${oldest}-1.log`, ...COMPONENT_LOGS].sort() : COMPONENT_LOGS,
+        );
       } finally {
         if (code === undefined) {
           try {

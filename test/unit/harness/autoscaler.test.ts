@@ -20,6 +20,7 @@ import {
   autoscalerUnavailableReason,
   autoscalerVersions,
   newestAutoscalerVersion,
+  newestUsableAutoscalerVersion,
   readToolVersions,
 } from '../../harness/tools.js';
 
@@ -77,6 +78,15 @@ describe('test harness: cluster-autoscaler versions and flags', () => {
     expect(() => {
       requireAutoscaler('1.35.2');
     }).to.not.throw();
+  });
+
+  it('falls back to the newest version that can be built here: the module-proxy release on a bare clone, a built one before it', () => {
+    expect(newestUsableAutoscalerVersion()).to.equal(readToolVersions().CLUSTER_AUTOSCALER_VERSION);
+    fakeBinary('1.35.2');
+    expect(newestUsableAutoscalerVersion()).to.equal('1.35.2');
+    mkdirSync(path.join(dir, 'sources'));
+    writeFileSync(path.join(dir, 'sources', 'cluster-autoscaler-1.36.1-externalgrpc-minsrc.tar.gz'), '');
+    expect(newestUsableAutoscalerVersion()).to.equal('1.36.1');
   });
 
   it('names the missing tarball when the directory exists without it', () => {
