@@ -7,6 +7,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# On a Node.js outside the supported lines (package.json's engines: 22.12+, 24, 26; Node 20 is past
+# its end of life), dev mode runs on the image's release instead, fetched once into the tools cache.
+if ! node -e 'const [a, b] = process.versions.node.split(".").map(Number); process.exit((a === 22 && b >= 12) || a === 24 || a >= 26 ? 0 : 1)' 2>/dev/null; then
+  echo "npm start: Node.js $(node --version 2>/dev/null || echo '(none)') is not a supported release; using the image's"
+  # shellcheck source=node-image.sh
+  source hack/node-image.sh
+  use_image_node
+fi
+
 tools=(etcd kube-apiserver)
 for arg in "$@"; do
   if [[ $arg == --provider=aws ]]; then tools+=(moto); fi

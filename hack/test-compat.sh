@@ -45,9 +45,12 @@ if ! use_image_node; then
   rm -f "$own_results"
   exit 1
 fi
-if [ ! -f dist/test/harness/tools.js ]; then
-  stage "npm run build"
-  npm run --silent build || status=1
+stage "npm run build"
+if ! npm run --silent build; then
+  echo "build failed: no compatibility suite can run"
+  [ -z "$own_results" ] || node test/summary.cjs "$own_results" "${suites[@]}"
+  rm -f "$own_results"
+  exit 1
 fi
 
 # The pinned cluster-autoscaler of a Kubernetes minor, or the newest older one (pins are oldest first).
