@@ -305,6 +305,18 @@ export function motoServerPath(): string {
   return p;
 }
 
+/**
+ * cfn-lint, installed in the emulator's venv with moto (the CloudFormation templates in deploy/aws
+ * are checked with it): the command and arguments that lint the given templates.
+ */
+export function cfnLintCommand(templates: string[]): { command: string; args: string[] } {
+  const server = motoServerPath();
+  return {
+    command: path.join(path.dirname(server), '..', 'venv', 'bin', 'python'),
+    args: ['-c', 'import sys; from cfnlint.runner import main; sys.exit(main())', ...templates],
+  };
+}
+
 /** gardener's AWS machine-controller, unchanged (`bash hack/tools.sh mcm-aws-anchor`): bin/machine-controller. */
 export function mcmAwsAnchorDir(): string {
   return path.join(toolsDir(), `mcm-aws-anchor-${readToolVersions().MCM_AWS_ANCHOR_VERSION}`);

@@ -1,5 +1,7 @@
-// The AWS interruption queue end to end: EventBridge-shaped events sent to an SQS queue of the
-// emulator (moto serves EC2 and SQS on one port), read by the whole manager against a real
+// The AWS interruption queue end to end: the queue, its policy and the four EventBridge rules created
+// by the CloudFormation template users deploy (deploy/aws/interruption-queue.yaml, on the emulator's
+// CloudFormation), EventBridge-shaped events sent to the queue or put on the default event bus
+// (moto serves EC2, SQS, EventBridge and CloudFormation on one port), read by the whole manager against a real
 // kube-apiserver, with kube-scheduler, kube-controller-manager (Deployments, PodDisruptionBudgets)
 // and kwok playing the kubelets of the emulated instances. The manager is configured by its flags
 // (parsed as the command line does) and builds its providers itself (defaultProviders), so the
@@ -10,12 +12,16 @@ import { isDeepStrictEqual } from 'node:util';
 import { expect } from 'chai';
 
 import { StopInstancesCommand, type Instance } from '@aws-sdk/client-ec2';
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+
 import {
-  CreateQueueCommand,
-  GetQueueAttributesCommand,
-  SQSClient,
-  SendMessageCommand,
-} from '@aws-sdk/client-sqs';
+  CloudFormationClient,
+  CreateStackCommand,
+  DescribeStacksCommand,
+} from '@aws-sdk/client-cloudformation';
+import { EventBridgeClient, PutEventsCommand } from '@aws-sdk/client-eventbridge';
+import { GetQueueAttributesCommand, SQSClient, SendMessageCommand } from '@aws-sdk/client-sqs';
 
 import { MachineResource, type Machine } from '../../lib/api/types.js';
 import { defaultConfig, parseArgs, type ManagerConfig } from '../../lib/config.js';
@@ -29,7 +35,7 @@ import {
 import { VISIBILITY_SECONDS, type QueueMessage } from '../../lib/providers/aws/interruption/queue.js';
 import { Ec2KubeletSimulator } from '../harness/ec2kubelet.js';
 import { Ec2FaultProxy } from '../harness/ec2proxy.js';
-import { spotWarning, stateChange } from '../harness/eventbridge.js';
+import { ACCOUNT, spotWarning, stateChange } from '../harness/eventbridge.js';
 import {
   CLUSTER_TAG,
   REGION,
@@ -41,6 +47,7 @@ import {
   type Ec2Cloud,
 } from '../harness/ec2cloud.js';
 import { startMoto, type Moto } from '../harness/moto.js';
+import { repoRoot } from '../harness/tools.js';
 import { AppsDeployments } from '../harness/workload.js';
 import { LifecycleEnv, NS, phaseOf } from './env/lifecycle.js';
 import { unlessNotFound, until } from './env/until.js';
@@ -107,6 +114,45 @@ class MachineLog {
   }
 }
 
+/**
+ * deploy/aws/interruption-queue.yaml as a stack on the emulator's CloudFormation, as an operator
+ * deploys it; its QueueUrl output.
+ */
+async function deployStack(endpoint: string): Promise<string> {
+  const cfn = new CloudFormationClient({
+    region: REGION,
+    endpoint,
+    credentials: { accessKeyId: 'operator', secretAccessKey: 'operator' },
+  });
+  try {
+    const template = readFileSync(path.join(repoRoot, 'deploy', 'aws', 'interruption-queue.yaml'), 'utf8');
+    await cfn.send(
+      new CreateStackCommand({
+        StackName: 'mcm-interruptions',
+        TemplateBody: template,
+        Parameters: [{ ParameterKey: 'ClusterName', ParameterValue: 'shoot--test' }],
+        Capabilities: ['CAPABILITY_IAM'],
+      }),
+    );
+    const stack = await until(
+      'the stack created',
+      async () => {
+        const s = (await cfn.send(new DescribeStacksCommand({ StackName: 'mcm-interruptions' }))).Stacks?.[0];
+        const status = s?.StackStatus ?? '';
+        if (status.endsWith('_FAILED') || status.startsWith('ROLLBACK'))
+          throw new Error(`stack ${status}: ${s?.StackStatusReason ?? ''}`);
+        return status === 'CREATE_COMPLETE' ? s : undefined;
+      },
+      30_000,
+    );
+    const url = stack.Outputs?.find((o) => o.OutputKey === 'QueueUrl')?.OutputValue;
+    if (url === undefined) throw new Error('the stack has no QueueUrl output');
+    return url;
+  } finally {
+    cfn.destroy();
+  }
+}
+
 describe('AWS interruption queue (real kube-apiserver, kube-scheduler, kube-controller-manager, kwok; moto EC2 and SQS)', function () {
   this.timeout(420_000);
   let moto: Moto;
@@ -169,7 +215,7 @@ describe('AWS interruption queue (real kube-apiserver, kube-scheduler, kube-cont
       endpoint: moto.endpoint,
       credentials: { accessKeyId: 'eventbridge', secretAccessKey: 'eventbridge' },
     });
-    queueUrl = (await sqs.send(new CreateQueueCommand({ QueueName: 'mcm-interruptions' }))).QueueUrl ?? '';
+    queueUrl = await deployStack(moto.endpoint);
     env = await LifecycleEnv.start({ kwok: true, scheduler: true, controllerManager: true });
     kubelet = new Ec2KubeletSimulator({
       endpoint: moto.endpoint,
@@ -503,6 +549,46 @@ describe('AWS interruption queue (real kube-apiserver, kube-scheduler, kube-cont
     expect(await counted('spot-interruption', 'acted')).to.equal(1);
 
     await removeWorkload('web');
+    await env.scale(app, 0);
+  });
+
+  it('through the template’s rule: a Spot warning EC2 puts on the default event bus reaches the queue and the manager, which replaces the machine', async () => {
+    const app = 'bus';
+    await spotDeployment(app, 1);
+    const machines = await until('1 Running spot machine', () => runningFleet(app, 1), 120_000);
+    const victim = machines[0];
+    if (victim === undefined) throw new Error('no machine');
+    const victimName = victim.metadata.name ?? '';
+    const victimId = instanceIdOf(victim.spec?.providerID ?? '');
+    const actedBefore = await counted('spot-interruption', 'acted');
+
+    // What EC2 puts on the account's default bus; the stack's rule forwards it to the queue.
+    const events = new EventBridgeClient({
+      region: REGION,
+      endpoint: moto.endpoint,
+      credentials: { accessKeyId: 'ec2', secretAccessKey: 'ec2' },
+    });
+    try {
+      const put = await events.send(
+        new PutEventsCommand({
+          Entries: [
+            {
+              Source: 'aws.ec2',
+              DetailType: 'EC2 Spot Instance Interruption Warning',
+              Resources: [`arn:aws:ec2:${REGION}:${ACCOUNT}:instance/${victimId}`],
+              Detail: JSON.stringify({ 'instance-id': victimId, 'instance-action': 'terminate' }),
+            },
+          ],
+        }),
+      );
+      expect(put.FailedEntryCount ?? 0, 'the bus took the event').to.equal(0);
+    } finally {
+      events.destroy();
+    }
+    await replaced(app, victimName, 1, 120_000);
+    await until('the message deleted', queueEmpty, 30_000);
+    expect(await counted('spot-interruption', 'acted'), 'acted on once').to.equal(actedBefore + 1);
+    expect((await instance(victimId))?.State?.Name, 'the warned instance terminated').to.equal('terminated');
     await env.scale(app, 0);
   });
 

@@ -58,7 +58,7 @@ describe('container image (Dockerfile)', function () {
     const base = (from: string): string => from.replace(/\$\{(\w+)\}/g, (_m, k: string) => args[k] ?? '');
     for (const s of stages)
       expect(base(s.from), 'the base image is a slim Node LTS image by the digest of its index').to.match(
-        /^node:(20|22|24)-[a-z]+-slim@sha256:[0-9a-f]{64}$/,
+        /^node:(22|24|26)-[a-z]+-slim@sha256:[0-9a-f]{64}$/,
       );
     const runs = stages.flatMap((s) => s.instructions.filter((i) => i.op === 'RUN').map((i) => i.args));
     expect(runs.some((r) => /\btsc\b/.test(r))).to.equal(true);
