@@ -202,6 +202,14 @@ describe('dev mode (npm start)', function () {
         );
       } finally {
         if (code === undefined) {
+          // A failed assertion left dev mode running: Ctrl-C first, so that it stops the
+          // components it started in their own process groups (SIGKILL to its group leaves them).
+          try {
+            process.kill(-pid, 'SIGINT');
+          } catch {
+            // already gone
+          }
+          await Promise.race([exited, new Promise((resolve) => setTimeout(resolve, 20_000))]);
           try {
             process.kill(-pid, 'SIGKILL');
           } catch {
