@@ -288,10 +288,27 @@ describe('cluster-autoscaler e2e (real autoscaler, kube-scheduler, kwok)', funct
             if ((ev.object.spec?.replicas ?? 0) > 1) scaledUpAt ??= rv(ev.object);
           },
         );
-        const stopMachineWatch = await watchEvents<Machine>(client, NS, MachineResource, {}, (ev) => {
-          if (ev.type === 'DELETED' && ev.object.spec?.class?.name === `${p}-spare`)
-            lastOldGoneAt = Math.max(lastOldGoneAt, rv(ev.object));
-        });
+        // The old class's machines when the watch starts, and those whose deletion it delivered: the
+        // wait below ends only once the watch itself has seen them go (a list can be ahead of it).
+        const oldMachines = new Set<string>();
+        const oldGone = new Set<string>();
+        const stopMachineWatch = await watchEvents<Machine>(
+          client,
+          NS,
+          MachineResource,
+          {},
+          (ev) => {
+            if (ev.type === 'DELETED' && ev.object.spec?.class?.name === `${p}-spare`) {
+              lastOldGoneAt = Math.max(lastOldGoneAt, rv(ev.object));
+              oldGone.add(ev.object.metadata.name ?? '');
+            }
+          },
+          (items) => {
+            for (const m of items)
+              if (m.spec?.class?.name === `${p}-spare`) oldMachines.add(m.metadata.name ?? '');
+          },
+        );
+        expect(oldMachines.size, 'machines of the old class before the rollout').to.be.greaterThan(0);
         // The new class's nodes boot for longer than the autoscaler takes to notice the pending
         // pods, so the rollout is still under way when it raises replicas (with the short boot the
         // rollout could end first, and the test would prove nothing about the overlap).
@@ -318,7 +335,7 @@ describe('cluster-autoscaler e2e (real autoscaler, kube-scheduler, kwok)', funct
           { type: 'merge', namespace: NS },
         );
         await waitFor(
-          '3 pods running and every machine from the new class',
+          '3 pods running, every machine from the new class, and the watch has seen the old ones deleted',
           p,
           ca,
           async () => {
@@ -326,6 +343,7 @@ describe('cluster-autoscaler e2e (real autoscaler, kube-scheduler, kwok)', funct
             const ms = await machinesOf(`${p}-spare`);
             return (
               ps.filter(running).length === 3 &&
+              [...oldMachines].every((n) => oldGone.has(n)) &&
               ms.length >= 2 &&
               ms.every(
                 (m) =>

@@ -238,9 +238,12 @@ export class Ec2KubeletSimulator {
       (i) =>
         i.State?.Name === 'running' && (i.PrivateDnsName ?? '') !== '' && !this.gone.has(i.InstanceId ?? ''),
     );
-    // A Node goes once its instance is neither running nor about to.
+    // A Node goes once its instance is terminated or gone, as the cloud controller manager does: a
+    // stopped instance keeps its Node (the CCM only taints it), and whoever stopped it decides.
     const live = new Set(
-      all.filter((i) => ['pending', 'running'].includes(i.State?.Name ?? '')).map((i) => i.InstanceId ?? ''),
+      all
+        .filter((i) => !['shutting-down', 'terminated'].includes(i.State?.Name ?? ''))
+        .map((i) => i.InstanceId ?? ''),
     );
     const nodes = (
       await this.opts.client.list<Node>(CoreResources.nodes, {

@@ -6,17 +6,23 @@ import type { EventRecorder } from '../../kube/events.js';
 import type { DeepReadonly, Informer } from '../../kube/informer.js';
 import type { Node } from '../../kube/types.js';
 import { MACHINE_NODE_INDEX, type ControllerContext } from '../context.js';
+import { nodeBelongsTo } from '../machines.js';
 
 /**
  * The node controller: a Node that is deleted (or being deleted) takes its Machine with it, as in
  * gardener MCM ("delete the Node to delete a machine you cannot reach"). It acts only on deletions
- * it observes, so a machine whose node has not registered yet is never touched. (The node's
- * finalizer and labels are kept by the machine controller, which writes them in one patch.)
+ * it observes, and only on the machine that node is proved to belong to (nodeBelongsTo: its
+ * machine-name label, or its providerID): a name alone proves nothing, since providers that name
+ * nodes by private IP address reuse names, and the machine created after the one whose node went
+ * may already claim that name before its own node registers. (The node's finalizer and labels are
+ * kept by the machine controller, which writes them in one patch.)
  */
 export class NodeController {
   readonly controller: Controller;
   private readonly recorder: EventRecorder;
   private readonly nodes: Informer<Node>;
+  /** The last state of each deleted node not reconciled yet: the proof of whose node it was. */
+  private readonly deleted = new Map<string, DeepReadonly<Node>>();
 
   constructor(private readonly ctx: ControllerContext) {
     const nodes = ctx.informers.nodes;
@@ -38,6 +44,7 @@ export class NodeController {
           this.controller.enqueue(n.metadata.name ?? '');
       },
       onDelete: (n) => {
+        this.deleted.set(n.metadata.name ?? '', n);
         this.controller.enqueue(n.metadata.name ?? '');
       },
     });
@@ -65,10 +72,40 @@ export class NodeController {
   }
 
   async reconcile(name: string, { log }: ReconcileContext): Promise<ReconcileResult> {
-    const node = this.nodes.get(undefined, name);
-    if (node !== undefined && node.metadata.deletionTimestamp === undefined) return {};
-    if (node?.metadata.annotations?.[Annotation.NotManagedByMCM] !== undefined) return {};
-    const machines = this.machinesOf(name, node).filter((m) => m.metadata.deletionTimestamp === undefined);
+    const cached = this.nodes.get(undefined, name);
+    const tombstone = this.deleted.get(name);
+    // The node being deleted, else the last state of the one deleted (a node of the same name may
+    // have registered since: another VM's, which changes nothing about whose node was deleted).
+    const node = cached?.metadata.deletionTimestamp !== undefined ? cached : tombstone;
+    const result = await this.deleteMachineOf(name, node, log);
+    this.forget(name, tombstone);
+    return result;
+  }
+
+  /** Drops the deleted node's record once handled, unless a newer deletion replaced it meanwhile. */
+  private forget(name: string, handled: DeepReadonly<Node> | undefined): void {
+    if (handled !== undefined && this.deleted.get(name) === handled) this.deleted.delete(name);
+  }
+
+  /** Deletes the machine `node` (deleted, or being deleted) belongs to, if exactly one. */
+  private async deleteMachineOf(
+    name: string,
+    node: DeepReadonly<Node> | undefined,
+    log: ReconcileContext['log'],
+  ): Promise<ReconcileResult> {
+    // Not being deleted, or nothing seen of it: nothing proves whose node went.
+    if (node === undefined) return {};
+    if (node.metadata.annotations?.[Annotation.NotManagedByMCM] !== undefined) return {};
+    const claiming = this.machinesOf(name, node).filter((m) => m.metadata.deletionTimestamp === undefined);
+    const machines = claiming.filter((m) => nodeBelongsTo(node, m));
+    for (const m of claiming) {
+      if (machines.includes(m)) continue;
+      log.info('a deleted node of the name the machine holds was not its node; the machine stays', {
+        machine: m.metadata.name,
+        nodeProviderID: node.spec?.providerID,
+        machineProviderID: m.spec?.providerID,
+      });
+    }
     if (machines.length > 1) {
       log.warn('node is claimed by several machines; deleting none', {
         machines: machines.map((m) => m.metadata.name),

@@ -158,6 +158,7 @@ describe('mocha configuration of every suite', () => {
       '.mocharc.compat.json',
       '.mocharc.conformance.json',
       '.mocharc.e2e.json',
+      '.mocharc.integration-long.json',
       '.mocharc.integration.json',
       '.mocharc.smoke.json',
       '.mocharc.unit.json',
