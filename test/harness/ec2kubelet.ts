@@ -35,6 +35,8 @@ export interface Ec2KubeletOptions {
    * a real instance; default 0: at once, which the emulator's instant start makes a hard case).
    */
   bootDelayMs?: number;
+  /** The credentials of its EC2 client (default: fixed test keys, for an emulator that checks none). */
+  credentials?: { accessKeyId: string; secretAccessKey: string };
 }
 
 /** The fields of a started instance a Node needs, as an EC2 answer carries them. */
@@ -120,7 +122,7 @@ export class Ec2KubeletSimulator {
     this.ec2 = new EC2Client({
       region: opts.region,
       endpoint: opts.endpoint,
-      credentials: { accessKeyId: 'kubelet', secretAccessKey: 'kubelet' },
+      credentials: opts.credentials ?? { accessKeyId: 'kubelet', secretAccessKey: 'kubelet' },
     });
   }
 

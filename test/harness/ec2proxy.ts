@@ -147,11 +147,12 @@ export class Ec2FaultProxy {
 
   /**
    * `resourceNamesIn`: the region whose resource names (withResourceNames) replace the emulator's
-   * IP names in every RunInstances and DescribeInstances answer.
+   * IP names in every RunInstances and DescribeInstances answer. `keepHost`: forward the client's
+   * Host header, which its request signature covers (for an emulator that checks signatures).
    */
   constructor(
     private readonly upstream: string,
-    private readonly opts: { resourceNamesIn?: string } = {},
+    private readonly opts: { resourceNamesIn?: string; keepHost?: boolean } = {},
   ) {}
 
   async start(): Promise<string> {
@@ -293,7 +294,10 @@ export class Ec2FaultProxy {
     const target = new URL(req.url ?? '/', this.upstream);
     const up = http.request(
       target,
-      { method: req.method, headers: { ...req.headers, host: target.host } },
+      {
+        method: req.method,
+        headers: this.opts.keepHost === true ? req.headers : { ...req.headers, host: target.host },
+      },
       (upRes) => {
         const out: Buffer[] = [];
         upRes.on('data', (c: Buffer) => out.push(c));
