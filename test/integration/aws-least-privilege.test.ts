@@ -1,5 +1,6 @@
-// The MachineClass credentials policy of deploy/aws/machineclass-policy.yaml against the EC2
-// emulator with IAM enforcement on (moto checks each request's action against the caller's
+// The MachineClass credentials policy of deploy/aws/machineclass-policy.yaml, and the manager's
+// own policy of deploy/aws/interruption-queue.yaml (its queue), against the AWS emulator with IAM
+// enforcement on (moto checks each request's action against the caller's
 // policies; it ignores resources and conditions, so the test grants the template's actions on every
 // resource). The whole manager runs a machine's life with credentials holding exactly those
 // actions: launch, initialisation (source/destination check off), the status-check poll, the Spot
@@ -27,6 +28,7 @@ import {
   IAMClient,
   PutUserPolicyCommand,
 } from '@aws-sdk/client-iam';
+import { CreateQueueCommand, SQSClient, SendMessageCommand } from '@aws-sdk/client-sqs';
 import { expect } from 'chai';
 
 import { Ec2FaultProxy } from '../harness/ec2proxy.js';
@@ -41,11 +43,13 @@ import {
 } from '../harness/ec2cloud.js';
 import { startMoto, type Moto } from '../harness/moto.js';
 import { repoRoot } from '../harness/tools.js';
+import { sqsInterruptionQueue } from '../../lib/providers/aws/interruption/queue.js';
 import { LifecycleEnv, NS, phaseOf } from './env/lifecycle.js';
 import { until } from './env/until.js';
 
 const APP = 'leastpriv';
 const TEMPLATE = path.join(repoRoot, 'deploy', 'aws', 'machineclass-policy.yaml');
+const QUEUE_TEMPLATE = path.join(repoRoot, 'deploy', 'aws', 'interruption-queue.yaml');
 
 /**
  * Actions of the template a machine's life on the emulator does not call, and why. The test fails
@@ -70,6 +74,17 @@ function templateActions(): string[] {
   return [...new Set(names)].sort();
 }
 
+/** The actions of the queue template's ManagerPolicy (not the queue's own resource policy). */
+function managerActions(): string[] {
+  const text = readFileSync(QUEUE_TEMPLATE, 'utf8');
+  const start = text.indexOf('  ManagerPolicy:');
+  const end = text.indexOf('\nOutputs:', start);
+  if (start < 0 || end < 0) throw new Error(`no ManagerPolicy resource in ${QUEUE_TEMPLATE}`);
+  return [
+    ...new Set([...text.slice(start, end).matchAll(/\bsqs:[A-Z][A-Za-z]+\b/g)].map((m) => m[0])),
+  ].sort();
+}
+
 /** A policy document granting `actions` on every resource (what the emulator can check). */
 const policyOf = (actions: string[]): string =>
   JSON.stringify({
@@ -85,6 +100,7 @@ describe('the MachineClass credentials policy (deploy/aws/machineclass-policy.ya
   let cloud: Ec2Cloud;
   let kubelet: Ec2KubeletSimulator;
   let admin: EC2Client;
+  let adminKeys: { accessKeyId: string; secretAccessKey: string };
   /** IAM as an administrator; the harness's keys until enforcement, an admin user's after. */
   let iam: IAMClient;
   const saved = process.env.AWS_ENDPOINT_URL_EC2;
@@ -120,6 +136,10 @@ describe('the MachineClass credentials policy (deploy/aws/machineclass-policy.ya
     cloud = await provisionCloud(moto.endpoint);
     iam = cloud.iam;
     env = await LifecycleEnv.start({ kwok: true });
+    adminKeys = await user('admin', ['*']);
+    admin = new EC2Client({ region: REGION, endpoint: moto.endpoint, credentials: adminKeys });
+    iam = new IAMClient({ region: REGION, endpoint: moto.endpoint, credentials: adminKeys });
+    await enforce();
   });
 
   after(async () => {
@@ -138,11 +158,7 @@ describe('the MachineClass credentials policy (deploy/aws/machineclass-policy.ya
   it('a machine’s whole life runs with exactly the template’s actions, every call allowed; each called action, taken away, is refused', async () => {
     const granted = templateActions();
     expect(granted, 'the template grants EC2 actions').to.include('ec2:RunInstances');
-    const adminKeys = await user('admin', ['*']);
     const managerKeys = await user('mcm', granted);
-    admin = new EC2Client({ region: REGION, endpoint: moto.endpoint, credentials: adminKeys });
-    iam = new IAMClient({ region: REGION, endpoint: moto.endpoint, credentials: adminKeys });
-    await enforce();
 
     // The kubelets read EC2 as an administrator, straight from the emulator; the manager's calls go
     // through the proxy, which records them.
@@ -259,6 +275,92 @@ describe('the MachineClass credentials policy (deploy/aws/machineclass-policy.ya
       } finally {
         ec2.destroy();
       }
+    }
+  });
+
+  it('the manager reads its interruption queue with exactly the ManagerPolicy’s actions; each, taken away, is refused at the step that needs it', async () => {
+    const granted = managerActions();
+    const sqs = new SQSClient({ region: REGION, endpoint: moto.endpoint, credentials: adminKeys });
+    const saved = Object.fromEntries(
+      ['AWS_ENDPOINT_URL_SQS', 'AWS_REGION', 'AWS_ACCESS_KEY_ID', 'AWS_SECRET_ACCESS_KEY'].map((k) => [
+        k,
+        process.env[k],
+      ]),
+    );
+    /** What the manager's reader does with a message: receive, hand back at once, receive, delete. */
+    const read = async (
+      keys: { accessKeyId: string; secretAccessKey: string },
+      url: string,
+    ): Promise<string[]> => {
+      process.env.AWS_ACCESS_KEY_ID = keys.accessKeyId;
+      process.env.AWS_SECRET_ACCESS_KEY = keys.secretAccessKey;
+      const queue = sqsInterruptionQueue(url);
+      const done: string[] = [];
+      const signal = new AbortController().signal;
+      try {
+        const first = await queue.receive(signal);
+        expect(first, 'the message received').to.have.length(1);
+        done.push('sqs:ReceiveMessage');
+        await queue.changeVisibility(first[0]?.receiptHandle ?? '', 0, signal);
+        done.push('sqs:ChangeMessageVisibility');
+        const again = await queue.receive(signal);
+        expect(again, 'the message back at once').to.have.length(1);
+        await queue.delete(again[0]?.receiptHandle ?? '', signal);
+        done.push('sqs:DeleteMessage');
+      } catch (err) {
+        // The emulator answers a refused call of SQS's JSON protocol with its XML AccessDenied and
+        // HTTP 403, which the SDK reports as a deserialization error carrying that response.
+        const e = err as {
+          name?: string;
+          $response?: { statusCode?: number };
+          $metadata?: { httpStatusCode?: number };
+        };
+        const status = e.$metadata?.httpStatusCode ?? e.$response?.statusCode;
+        if (status !== 403 && !(e.name ?? '').includes('AccessDenied')) throw err;
+        done.push(`refused: HTTP ${String(status)}`);
+      } finally {
+        queue.close();
+      }
+      return done;
+    };
+    try {
+      // The emulator's queue URLs name no region: the reader's region comes from AWS_REGION.
+      process.env.AWS_ENDPOINT_URL_SQS = moto.endpoint;
+      process.env.AWS_REGION = REGION;
+      let n = 0;
+      const queueWithMessage = async (): Promise<string> => {
+        const q = await sqs.send(new CreateQueueCommand({ QueueName: `interruptions-${String(n++)}` }));
+        const url = q.QueueUrl ?? '';
+        await sqs.send(new SendMessageCommand({ QueueUrl: url, MessageBody: '{}' }));
+        return url;
+      };
+      const steps = await read(await user('mcm-queue', granted), await queueWithMessage());
+      expect(steps, 'every step allowed with the policy').to.deep.equal([
+        'sqs:ReceiveMessage',
+        'sqs:ChangeMessageVisibility',
+        'sqs:DeleteMessage',
+      ]);
+      expect(granted, 'the policy grants what the reader calls, nothing else').to.deep.equal(
+        [...steps].sort(),
+      );
+      for (const action of granted) {
+        const without = await user(
+          `mcm-queue-without-${action.replace(':', '-')}`,
+          granted.filter((a) => a !== action),
+        );
+        const partial = await read(without, await queueWithMessage());
+        expect(partial.at(-1), `refused at the step that needs ${action}`).to.match(/^refused: /);
+        expect(partial, `every step before ${action} done`).to.deep.equal([
+          ...steps.slice(0, steps.indexOf(action)),
+          partial.at(-1),
+        ]);
+      }
+    } finally {
+      for (const [k, v] of Object.entries(saved)) {
+        if (v === undefined) Reflect.deleteProperty(process.env, k);
+        else process.env[k] = v;
+      }
+      sqs.destroy();
     }
   });
 });
