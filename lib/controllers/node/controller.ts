@@ -23,6 +23,11 @@ export class NodeController {
   private readonly nodes: Informer<Node>;
   /** The last state of each deleted node not reconciled yet: the proof of whose node it was. */
   private readonly deleted = new Map<string, DeepReadonly<Node>>();
+  /**
+   * Set by stop(): the informer keeps calling the handlers of a controller that lost the Lease,
+   * whose queue no longer runs, so it records no more deletions (nothing would drop them).
+   */
+  private stopped = false;
 
   constructor(private readonly ctx: ControllerContext) {
     const nodes = ctx.informers.nodes;
@@ -44,6 +49,7 @@ export class NodeController {
           this.controller.enqueue(n.metadata.name ?? '');
       },
       onDelete: (n) => {
+        if (this.stopped) return;
         this.deleted.set(n.metadata.name ?? '', n);
         this.controller.enqueue(n.metadata.name ?? '');
       },
@@ -55,7 +61,9 @@ export class NodeController {
   }
 
   async stop(): Promise<void> {
+    this.stopped = true;
     await this.controller.stop();
+    this.deleted.clear();
   }
 
   private machinesOf(name: string, node: DeepReadonly<Node> | undefined): DeepReadonly<Machine>[] {

@@ -114,4 +114,15 @@ describe('node controller: a deleted Node takes only its own machine along', () 
       expect(env.api.writes(), 'no write').to.deep.equal([]);
     });
   });
+
+  it('records no deletion once stopped (a controller that lost the Lease keeps its informer handlers)', async () => {
+    await withController([machineOn('m1', 'i-old', 'Running')], nodeOf('i-old', 'm1'), async (env, nc) => {
+      await nc.stop();
+      await env.target.delete(CoreResources.nodes, NODE);
+      await env.settle();
+      expect((nc as unknown as { deleted: Map<string, unknown> }).deleted.size, 'nothing kept').to.equal(0);
+      await nc.reconcile(NODE, rctx);
+      expect(alive(env, 'm1'), 'm1 kept by a stopped controller').to.equal(true);
+    });
+  });
 });
