@@ -144,7 +144,7 @@ describe('the MachineClass credentials policy (deploy/aws/machineclass-policy.ya
 
   after(async () => {
     await env.stop();
-    await kubelet.stop();
+    await (kubelet as Ec2KubeletSimulator | undefined)?.stop();
     admin.destroy();
     if (iam !== cloud.iam) iam.destroy();
     cloud.ec2.destroy();
