@@ -16,7 +16,7 @@ import path from 'node:path';
 import { loadYaml } from '@kubernetes/client-node';
 import { expect } from 'chai';
 
-import { startControlPlane, type ControlPlane } from '../harness/controlplane.js';
+import { kubeconfigYaml, startControlPlane, type ControlPlane } from '../harness/controlplane.js';
 import { httpGetText } from '../harness/http.js';
 import { ManagedProcess, freePort, waitUntil } from '../harness/process.js';
 import { autoscalerBinaryPath, autoscalerVersions, repoRoot } from '../harness/tools.js';
@@ -346,20 +346,8 @@ describe('installed with the official cluster-autoscaler chart 9.59.0 and deploy
       const sa = podSpecOf(deployment).serviceAccountName;
       const token = await cp.kubectl(['create', 'token', sa, '-n', deployment.metadata.namespace ?? '']);
       expect(token.code, token.stderr).to.equal(0);
-      const caPem = readFileSync(path.join(cp.workDir, 'apiserver-certs', 'apiserver.crt'));
-      writeFileSync(
-        file,
-        [
-          'apiVersion: v1',
-          'kind: Config',
-          `clusters: [{name: c, cluster: {server: "${cp.server}", certificate-authority-data: ${caPem.toString('base64')}}}]`,
-          `users: [{name: sa, user: {token: ${token.stdout.trim()}}}]`,
-          'contexts: [{name: sa, context: {cluster: c, user: sa}}]',
-          'current-context: sa',
-          '',
-        ].join('\n'),
-        { mode: 0o600 },
-      );
+      const caPem = readFileSync(path.join(cp.workDir, 'apiserver-certs', 'apiserver.crt'), 'utf8');
+      writeFileSync(file, kubeconfigYaml(cp.server, caPem, token.stdout.trim()), { mode: 0o600 });
       return file;
     };
 

@@ -103,7 +103,8 @@ function httpGet(url: string, opts: https.RequestOptions = {}): Promise<Httpish>
   });
 }
 
-function kubeconfigYaml(server: string, caPem: string, token: string): string {
+/** A kubeconfig for `server` (its CA in PEM) with a bearer token. */
+export function kubeconfigYaml(server: string, caPem: string, token: string): string {
   const ca = Buffer.from(caPem).toString('base64');
   return [
     'apiVersion: v1',
