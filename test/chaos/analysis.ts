@@ -287,7 +287,16 @@ export function analyze(timeline: readonly RecordedEvent[], opts: AnalysisOption
     const excess = active - (allowed + surge);
     if (excess > result.beyondLimit) {
       result.beyondLimit = excess;
-      result.firstBeyond ??= `revision ${e.rev} (${new Date(e.at).toISOString()}): ${active} machines, replicas ${replicas} (allowed ${allowed}) + maxSurge ${surge}`;
+      // The machines counted, for the failure message: what each was at that write.
+      result.firstBeyond ??= `revision ${e.rev} (${new Date(e.at).toISOString()}): ${active} machines, replicas ${replicas} (allowed ${allowed}) + maxSurge ${surge}: ${[
+        ...machines.values(),
+      ]
+        .filter((m) => ours(m) && !isDeleting(m) && !interrupted(m))
+        .map((m) => {
+          const replacing = meta(m).annotations?.[REPLACING];
+          return `${meta(m).name ?? ''} ${phase(m) || '(no phase)'}${replacing === undefined ? '' : ` replacing=${replacing}`}`;
+        })
+        .join(', ')}`;
     }
   }
   return result;
