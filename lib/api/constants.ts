@@ -178,7 +178,11 @@ export const Annotation = {
   TriggerDeletionByMCM: 'node.machine.sapcloud.io/trigger-deletion-by-mcm',
   /** On MachineDeployment → MachineSet → Machine: overrides the creation timeout. */
   EffectiveCreationTimeout: 'node.machine.sapcloud.io/effective-creation-timeout',
-  /** On a Machine: how long the node took to join. */
+  /**
+   * On a Machine: how long the node took to join (gardener's name). Not written: gardener's write
+   * of it never lands (see docs/differences-from-gardener.md); the join time is in the Running
+   * lastOperation and mcm_machine_join_duration_seconds.
+   */
   MachineJoinDuration: 'node.machine.sapcloud.io/machine-join-duration',
   /** On a Machine or Node: preservation request (see PreserveValue). */
   Preserve: 'node.machine.sapcloud.io/preserve',

@@ -19,14 +19,18 @@ const MACHINES = 50;
  * Requests per machine over 0→N→0, by `verb resource` as the client metrics name them: the
  * figures measured on 2026-11-29 (main at the commit that added this test; two runs: 15.3 in all)
  * plus about 10 % and at least 0.2, for retries after conflicts and writes that coalesce
- * differently. A key not listed may use 0.2 per machine. The node writes include the virtual
+ * differently. The machine status writes are 3.00 exactly since 2026-11-30 (a reconcile no longer
+ * starts from a cache that does not show the machine controller's own last write: before, 3.3 to
+ * 3.8, a second creation pass per machine whose write was refused as a conflict, more on a busy
+ * machine), and the machine metadata patches 2.00 (the machine-join-duration annotation is no
+ * longer written: 13.9 in all). A key not listed may use 0.2 per machine. The node writes include the virtual
  * cloud's node agent (create, status, delete: what a kubelet and a cloud would write), which
  * shares the manager's client metrics; an added write of the manager's own still shows as +1.
  */
 const BUDGET_PER_MACHINE: Readonly<Record<string, number>> = {
   'create machines.machine.sapcloud.io': 1.2,
-  'patch machines.machine.sapcloud.io': 3.3,
-  'patch machines.machine.sapcloud.io/status': 3.9,
+  'patch machines.machine.sapcloud.io': 2.2,
+  'patch machines.machine.sapcloud.io/status': 3.3,
   'delete machines.machine.sapcloud.io': 1.2,
   'create nodes': 1.2,
   'patch nodes': 3.3,
@@ -38,7 +42,7 @@ const BUDGET_PER_MACHINE: Readonly<Record<string, number>> = {
 };
 const UNLISTED_BUDGET = 0.2;
 /** All requests together, per machine. */
-const TOTAL_BUDGET_PER_MACHINE = 16.5;
+const TOTAL_BUDGET_PER_MACHINE = 15.2;
 
 /** The manager's request counts by `verb resource`, from its client metrics. */
 async function requestCounts(manager: Manager): Promise<Map<string, number>> {

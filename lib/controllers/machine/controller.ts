@@ -1,5 +1,4 @@
-import { Annotation, EventSource, Finalizer, Label, MachinePhase } from '../../api/constants.js';
-import { formatGoDuration } from '../../api/duration.js';
+import { EventSource, Finalizer, Label, MachinePhase } from '../../api/constants.js';
 import { MachineResource, type Machine } from '../../api/types.js';
 import { Drainer } from '../../drain/drain.js';
 import { DisplacedPods } from '../../drain/displaced.js';
@@ -9,6 +8,7 @@ import { Controller, type ReconcileContext, type ReconcileResult } from '../../k
 import { jsonEqual } from '../../kube/equal.js';
 import { isConflict, isNotFound } from '../../kube/errors.js';
 import { objectKey, type DeepReadonly } from '../../kube/informer.js';
+import { OwnWrites, OwnWritesClient } from '../../kube/ownwrites.js';
 import { CoreResources } from '../../kube/resources.js';
 import type { Node } from '../../kube/types.js';
 import type { Logger } from '../../observability/logger.js';
@@ -46,7 +46,7 @@ import { reconcilePreservation } from './preservation.js';
 import { rfc3339 } from '../conditions.js';
 import { resolveMachineClass } from './resolve.js';
 import type { MachineControllerSettings } from './settings.js';
-import { patchMachine, patchMachineStatus, type StatusChange } from './status.js';
+import { patchMachineStatus, type StatusChange } from './status.js';
 
 type CachedMachine = DeepReadonly<Machine>;
 type CachedNode = DeepReadonly<Node>;
@@ -116,6 +116,8 @@ export class MachineController {
   private readonly creating = new Set<string>();
   private readonly vmProbes: VmProbes;
   private readonly launchMetrics: LaunchMetrics;
+  /** This controller's writes to machines that the machine cache does not show yet. */
+  private readonly ownWrites: OwnWrites;
 
   constructor(
     ctx: ControllerContext,
@@ -133,8 +135,12 @@ export class MachineController {
     this.frozen = opts.frozen ?? (() => false);
     const { informers } = ctx;
     this.namespace = ctx.namespace;
+    this.ownWrites = new OwnWrites(
+      ctx.clock,
+      (key) => informers.machines.getByKey(key)?.metadata.resourceVersion,
+    );
     this.deps = {
-      client: ctx.client,
+      client: new OwnWritesClient(ctx.client, MachineResource, this.ownWrites),
       target: ctx.target,
       informers,
       clock: ctx.clock,
@@ -232,9 +238,11 @@ export class MachineController {
     const { machines, machineClasses, secrets, nodes } = this.deps.informers;
     machines.addHandler({
       onAdd: (m) => {
+        this.ownWrites.seen(objectKey(m), m.metadata.resourceVersion);
         this.enqueue(m);
       },
       onUpdate: (old, m) => {
+        this.ownWrites.seen(objectKey(m), m.metadata.resourceVersion);
         if (old === m || machineChanged(old, m)) this.enqueue(m);
         // A machine that leaves replacement frees its group's budget for one that waits.
         if (old !== m) {
@@ -244,6 +252,7 @@ export class MachineController {
       },
       onDelete: (m) => {
         // Whatever was in memory for it goes with it (a finalizer removed by hand included).
+        this.ownWrites.forget(objectKey(m));
         this.forgetMachine(objectKey(m), m.metadata.uid);
         this.enqueueWaitersBeside(m);
       },
@@ -339,6 +348,14 @@ export class MachineController {
   async reconcile(key: string, { log }: ReconcileContext): Promise<ReconcileResult> {
     const m = this.deps.informers.machines.getByKey(key);
     if (m === undefined) return {};
+    // The cache does not show this controller's last write to the machine yet: reconciling now
+    // would redo that write's work from the state before it. The write's watch event enqueues
+    // the machine again (the wait ends by itself in case that event never comes).
+    const wait = this.ownWrites.waitFor(key, m.metadata.resourceVersion);
+    if (wait !== undefined) {
+      log.verbose('the cache does not show the last write yet; waiting for it', { waitMs: wait });
+      return { requeueAfter: wait };
+    }
     try {
       return await this.reconcileMachine(key, m, log);
     } finally {
@@ -492,20 +509,12 @@ export class MachineController {
       case 'joined': {
         log.info('machine joined the cluster', { node: m.metadata.labels?.[Label.Node], joinDurationMs });
         d.launches.succeeded(launchKeyOf(m));
-        // The join duration goes to the metric, the Running lastOperation's description and the
-        // machine-join-duration annotation (a Go duration). gardener's master sets that annotation
-        // on the object it passes to UpdateStatus, which keeps only the status, so it never lands
-        // there; here it does, with one merge patch per machine's life.
-        if (joinDurationMs !== undefined) {
-          d.metrics.observe('join', m, joinDurationMs / 1000);
-          try {
-            await patchMachine(d.client, m, {
-              annotations: { [Annotation.MachineJoinDuration]: formatGoDuration(joinDurationMs) },
-            });
-          } catch (err) {
-            if (!isNotFound(err)) throw err;
-          }
-        }
+        // The join duration goes to the metric and to the Running lastOperation (its description,
+        // and its lastUpdateTime less the creation time, which is how gardener's own join tracking
+        // reads it). No machine-join-duration annotation: gardener's master sets it on the object
+        // it passes to UpdateStatus, which keeps only the status, so it never lands there either,
+        // and writing it would cost a request per machine.
+        if (joinDurationMs !== undefined) d.metrics.observe('join', m, joinDurationMs / 1000);
         await this.deleteBootstrapTokenIfUsed(m);
         return;
       }

@@ -8,7 +8,7 @@ import type { Driver } from '../../../../lib/driver/driver.js';
 import { CoreResources } from '../../../../lib/kube/resources.js';
 import type { Node, Secret } from '../../../../lib/kube/types.js';
 import { machine } from '../builders.js';
-import { FINALIZER, machineControllerEnv, rctx } from './harness.js';
+import { FINALIZER, driverCalls, machineControllerEnv, rctx } from './harness.js';
 
 const NODE = 'ip-10-0-0-7.eu-west-1.compute.internal';
 
@@ -301,4 +301,34 @@ describe('machine creation: when a refused creation is retried', () => {
       }
     });
   }
+});
+
+describe('machine creation: a reconcile from a cache that does not show the creation’s writes yet', () => {
+  it('calls no driver and writes nothing until the cache shows them, then goes on from there', async () => {
+    const m = machine('m1');
+    m.status = {};
+    const { env, mc } = await machineControllerEnv([m]);
+    try {
+      env.api.holdWatches();
+      await mc.reconcile('default/m1', rctx);
+      const calls = await driverCalls(env, 'get_machine_status');
+      const writes = env.api.writes().length;
+      expect(env.api.all<Machine>(MachineResource)[0]?.status?.currentStatus?.phase).to.equal('Pending');
+
+      // Another event (the VM's Node appearing) enqueues the machine while its watch lags.
+      const again = await mc.reconcile('default/m1', rctx);
+      expect(await driverCalls(env, 'get_machine_status'), 'no second look at the VM').to.equal(calls);
+      expect(env.api.writes().length, 'no write from the stale machine').to.equal(writes);
+      expect(again.requeueAfter, 'looked at again in case the event never comes')
+        .to.be.greaterThan(0)
+        .and.at.most(5_000);
+
+      env.api.releaseWatches();
+      await env.settle();
+      await mc.reconcile('default/m1', rctx);
+      expect(await driverCalls(env, 'get_machine_status'), 'no creation pass again').to.equal(calls);
+    } finally {
+      await env.stop();
+    }
+  });
 });
