@@ -1,0 +1,133 @@
+// The EC2 calls the manager makes per machine, as a budget CI holds (issue #49): a MachineDeployment
+// of gardener's AWS sample class taken 0→N→0 on the EC2 emulator, counted by action at the proxy in
+// front of it, must stay within the budgets below. Counts, not times. The floor is 2 (one
+// RunInstances, one TerminateInstances); the lookups above it are DescribeInstances (a new
+// instance's wait to show in it, coalesced across machines; initialisation; the deletion's lookup).
+// A change that adds a call per machine fails here, and must raise its budget in the same commit,
+// saying why.
+
+import { expect } from 'chai';
+
+import { MachinePhase } from '../../lib/api/constants.js';
+import { Ec2KubeletSimulator } from '../harness/ec2kubelet.js';
+import { Ec2FaultProxy } from '../harness/ec2proxy.js';
+import { startMoto, type Moto } from '../harness/moto.js';
+import {
+  CLUSTER_TAG,
+  REGION,
+  applySampleClass,
+  isLive,
+  provisionCloud,
+  taggedInstances,
+  type Ec2Cloud,
+} from '../harness/ec2cloud.js';
+import { LifecycleEnv, phaseOf, NS } from './env/lifecycle.js';
+import { until } from './env/until.js';
+
+const MACHINES = 30;
+
+/**
+ * EC2 calls per machine over 0→N→0, by action: the figures measured on 2026-11-30 (three runs at
+ * 30: RunInstances 1.00, TerminateInstances 1.00, DescribeInstances 0.23 to 0.27, DescribeImages
+ * and DescribeSpotPriceHistory one call each per run; 2.30 to 2.33 in all; the build before it,
+ * whose machine controller could run a second creation pass from a stale cache, 2.40 with
+ * DescribeInstances 0.33) plus about 10 % and at least 0.1. An action not listed may use 0.05 per
+ * machine (one call per run at 30 is 0.03).
+ */
+const BUDGET_PER_MACHINE: Readonly<Record<string, number>> = {
+  RunInstances: 1.1,
+  TerminateInstances: 1.1,
+  DescribeInstances: 0.37,
+};
+const UNLISTED_BUDGET = 0.05;
+/** All calls together, per machine. */
+const TOTAL_BUDGET_PER_MACHINE = 2.6;
+
+describe('EC2 call budget per machine (the EC2 emulator, real kube-apiserver, the whole manager)', function () {
+  this.timeout(300_000);
+  let moto: Moto;
+  let proxy: Ec2FaultProxy;
+  let env: LifecycleEnv;
+  let cloud: Ec2Cloud;
+  let kubelet: Ec2KubeletSimulator;
+  const savedEndpoint = process.env.AWS_ENDPOINT_URL_EC2;
+
+  before(async () => {
+    moto = await startMoto();
+    proxy = new Ec2FaultProxy(moto.endpoint);
+    process.env.AWS_ENDPOINT_URL_EC2 = await proxy.start();
+    env = await LifecycleEnv.start({ kwok: true });
+    cloud = await provisionCloud(moto.endpoint);
+    // The kubelet simulator reads the emulator directly: its calls are not the manager's.
+    kubelet = new Ec2KubeletSimulator({
+      endpoint: moto.endpoint,
+      region: REGION,
+      clusterTag: CLUSTER_TAG,
+      client: env.client,
+    });
+    kubelet.start();
+  });
+
+  after(async () => {
+    await kubelet.stop();
+    await env.stop();
+    await proxy.stop();
+    await moto.stop();
+    cloud.ec2.destroy();
+    cloud.iam.destroy();
+    if (savedEndpoint === undefined) delete process.env.AWS_ENDPOINT_URL_EC2;
+    else process.env.AWS_ENDPOINT_URL_EC2 = savedEndpoint;
+  });
+
+  it(`takes a MachineDeployment of the AWS sample class 0→${MACHINES}→0 within the per-machine budget of each EC2 action`, async () => {
+    await applySampleClass(env.client, cloud, NS, 'budget');
+    await env.createDeployment('budget', 0, 'budget');
+    // The default settings: the orphan collection's first scan comes at start, the next minutes later.
+    await env.startManager();
+    await until('the orphan collection’s first scan', () =>
+      Promise.resolve((proxy.calls.get('DescribeInstances') ?? 0) > 0 ? true : undefined),
+    );
+    const before = new Map(proxy.calls);
+
+    await env.scale('budget', MACHINES);
+    await until(
+      `${MACHINES} machines Running`,
+      async () => {
+        const ms = await env.machines('budget');
+        return ms.length === MACHINES && ms.every((m) => phaseOf(m) === MachinePhase.Running)
+          ? true
+          : undefined;
+      },
+      180_000,
+    );
+    await env.scale('budget', 0);
+    await until(
+      'every machine gone and no instance live',
+      async () =>
+        (await env.machines('budget')).length === 0 &&
+        (await taggedInstances(cloud.ec2)).filter(isLive).length === 0
+          ? true
+          : undefined,
+      180_000,
+    );
+
+    const perMachine = new Map<string, number>();
+    for (const [action, n] of proxy.calls) {
+      const d = n - (before.get(action) ?? 0);
+      if (d > 0) perMachine.set(action, d / MACHINES);
+    }
+    const rows = [...perMachine.entries()].sort((a, b) => b[1] - a[1]);
+    console.log(
+      `      EC2 calls per machine over 0→${MACHINES}→0: ${rows.map(([k, v]) => `${k} ${v.toFixed(2)}`).join(', ')}`,
+    );
+    const total = rows.reduce((s, [, v]) => s + v, 0);
+    console.log(`      total ${total.toFixed(2)} per machine (budget ${TOTAL_BUDGET_PER_MACHINE})`);
+    const over = rows
+      .filter(([k, v]) => v > (BUDGET_PER_MACHINE[k] ?? UNLISTED_BUDGET))
+      .map(
+        ([k, v]) => `${k}: ${v.toFixed(2)} per machine, budget ${BUDGET_PER_MACHINE[k] ?? UNLISTED_BUDGET}`,
+      );
+    expect(over, 'EC2 actions over their budget').to.deep.equal([]);
+    expect(total, 'all EC2 calls per machine').to.be.at.most(TOTAL_BUDGET_PER_MACHINE);
+  });
+});
