@@ -12,6 +12,7 @@ import {
   CreateVpcCommand,
   DescribeImagesCommand,
   DescribeInstancesCommand,
+  TerminateInstancesCommand,
   EC2Client,
   type Instance,
 } from '@aws-sdk/client-ec2';
@@ -106,6 +107,23 @@ export function sampleSecret(): Secret {
 }
 
 /** Every instance carrying a tag key, whatever its state. */
+/**
+ * Terminates an instance as something outside the manager would (the cloud, a user). EC2 answers a
+ * termination of an instance that is terminated already as a success; the emulator refuses it with
+ * InvalidNetworkInterfaceID.NotFound (its first termination deleted the instance's interface). That
+ * answer is taken as done only when the instance is indeed shutting down or terminated.
+ */
+export async function terminateInstance(ec2: EC2Client, id: string): Promise<void> {
+  try {
+    await ec2.send(new TerminateInstancesCommand({ InstanceIds: [id] }));
+  } catch (err) {
+    if ((err as { name?: string }).name !== 'InvalidNetworkInterfaceID.NotFound') throw err;
+    const page = await ec2.send(new DescribeInstancesCommand({ InstanceIds: [id] }));
+    const state = page.Reservations?.[0]?.Instances?.[0]?.State?.Name;
+    if (state !== 'terminated' && state !== 'shutting-down') throw err;
+  }
+}
+
 export async function taggedInstances(ec2: EC2Client, tagKey = CLUSTER_TAG): Promise<Instance[]> {
   const out: Instance[] = [];
   let NextToken: string | undefined;
