@@ -22,6 +22,7 @@ import {
   type Ec2Cloud,
 } from '../harness/ec2cloud.js';
 import { LifecycleEnv, phaseOf, NS } from './env/lifecycle.js';
+import { perMachineBudget } from './env/budget.js';
 import { until } from './env/until.js';
 
 const MACHINES = 30;
@@ -111,22 +112,16 @@ describe('EC2 call budget per machine (the EC2 emulator, real kube-apiserver, th
       180_000,
     );
 
-    const perMachine = new Map<string, number>();
-    for (const [action, n] of proxy.calls) {
-      const d = n - (before.get(action) ?? 0);
-      if (d > 0) perMachine.set(action, d / MACHINES);
-    }
-    const rows = [...perMachine.entries()].sort((a, b) => b[1] - a[1]);
-    console.log(
-      `      EC2 calls per machine over 0→${MACHINES}→0: ${rows.map(([k, v]) => `${k} ${v.toFixed(2)}`).join(', ')}`,
+    const { over, total, summary } = perMachineBudget(
+      before,
+      proxy.calls,
+      MACHINES,
+      BUDGET_PER_MACHINE,
+      UNLISTED_BUDGET,
     );
-    const total = rows.reduce((s, [, v]) => s + v, 0);
-    console.log(`      total ${total.toFixed(2)} per machine (budget ${TOTAL_BUDGET_PER_MACHINE})`);
-    const over = rows
-      .filter(([k, v]) => v > (BUDGET_PER_MACHINE[k] ?? UNLISTED_BUDGET))
-      .map(
-        ([k, v]) => `${k}: ${v.toFixed(2)} per machine, budget ${BUDGET_PER_MACHINE[k] ?? UNLISTED_BUDGET}`,
-      );
+    console.log(
+      `      EC2 calls per machine over 0→${MACHINES}→0: ${summary} (budget ${TOTAL_BUDGET_PER_MACHINE})`,
+    );
     expect(over, 'EC2 actions over their budget').to.deep.equal([]);
     expect(total, 'all EC2 calls per machine').to.be.at.most(TOTAL_BUDGET_PER_MACHINE);
   });

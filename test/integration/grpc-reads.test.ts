@@ -33,24 +33,12 @@ import { nullLogger } from '../../lib/observability/logger.js';
 import { newRegistry } from '../../lib/observability/metrics.js';
 import { startControlPlane, type ControlPlane } from '../harness/controlplane.js';
 import { cloudProviderClient, grpcCode, type CloudProviderClient } from '../harness/grpcclient.js';
+import { clientRequestCounts } from './env/budget.js';
 
 const NS = 'default';
 const GROUPS = 20;
 const PER_GROUP = 50;
 const CLASS = 'reads';
-
-/** The client's requests so far, by `verb resource` (its rest_client metrics). */
-async function requests(registry: Registry): Promise<Map<string, number>> {
-  const metric = await registry.getSingleMetric('rest_client_request_duration_seconds')?.get();
-  const out = new Map<string, number>();
-  for (const v of metric?.values ?? []) {
-    const name = (v as { metricName?: string }).metricName ?? '';
-    if (!name.endsWith('_count')) continue;
-    const key = `${String(v.labels.verb ?? '')} ${String(v.labels.resource ?? '')}`;
-    out.set(key, (out.get(key) ?? 0) + v.value);
-  }
-  return out;
-}
 
 /** Runs `work` with at most `n` at once. */
 async function pool(work: (() => Promise<unknown>)[], n: number): Promise<void> {
@@ -218,7 +206,7 @@ describe(`externalgrpc reads at ${GROUPS * PER_GROUP} nodes in ${GROUPS} groups 
     if (ca === undefined) throw new Error('no client');
     const call = ca.call.bind(ca);
     // What the informers' lists and watches cost is not the calls': counted from here.
-    const before = await requests(registry);
+    const before = await clientRequestCounts(registry);
 
     await call('Refresh');
     const groups = ((await call('NodeGroups')).nodeGroups as { id: string }[]).map((g) => g.id);
@@ -253,7 +241,7 @@ describe(`externalgrpc reads at ${GROUPS * PER_GROUP} nodes in ${GROUPS} groups 
     await call('GetAvailableGPUTypes');
     await call('Cleanup');
 
-    const after = await requests(registry);
+    const after = await clientRequestCounts(registry);
     // A watch that ends and is opened again meanwhile is the informers', not the calls'.
     const made = [...after]
       .filter(([k]) => !k.startsWith('watch '))

@@ -9,7 +9,7 @@
 import { expect } from 'chai';
 
 import { MachineDeploymentResource, type MachineDeployment } from '../../lib/api/types.js';
-import type { Manager } from '../../lib/manager.js';
+import { clientRequestCounts, perMachineBudget } from './env/budget.js';
 import { LifecycleEnv, NS, phaseOf } from './env/lifecycle.js';
 import { until } from './env/until.js';
 
@@ -44,19 +44,6 @@ const UNLISTED_BUDGET = 0.2;
 /** All requests together, per machine. */
 const TOTAL_BUDGET_PER_MACHINE = 15.2;
 
-/** The manager's request counts by `verb resource`, from its client metrics. */
-async function requestCounts(manager: Manager): Promise<Map<string, number>> {
-  const metric = await manager.registry.getSingleMetric('rest_client_request_duration_seconds')?.get();
-  const counts = new Map<string, number>();
-  for (const v of metric?.values ?? []) {
-    const name = (v as { metricName?: string }).metricName ?? '';
-    if (!name.endsWith('_count')) continue;
-    const key = `${String(v.labels.verb ?? '')} ${String(v.labels.resource ?? '')}`;
-    counts.set(key, (counts.get(key) ?? 0) + v.value);
-  }
-  return counts;
-}
-
 describe('API request budget per machine (real kube-apiserver, the whole manager, virtual provider)', function () {
   this.timeout(300_000);
   let env: LifecycleEnv;
@@ -80,7 +67,7 @@ describe('API request budget per machine (real kube-apiserver, the whole manager
     await until('the deployment at 0 observed', async () =>
       ((await deployment()).status?.observedGeneration ?? 0) >= 1 ? true : undefined,
     );
-    const before = await requestCounts(manager);
+    const before = await clientRequestCounts(manager.registry);
 
     await env.scale('budget', MACHINES);
     await until(
@@ -102,23 +89,16 @@ describe('API request budget per machine (real kube-apiserver, the whole manager
       ((await deployment()).status?.replicas ?? -1) === 0 ? true : undefined,
     );
 
-    const after = await requestCounts(manager);
-    const perMachine = new Map<string, number>();
-    for (const [k, n] of after) {
-      const d = n - (before.get(k) ?? 0);
-      if (d > 0) perMachine.set(k, d / MACHINES);
-    }
-    const rows = [...perMachine.entries()].sort((a, b) => b[1] - a[1]);
-    console.log(
-      `      requests per machine over 0→${MACHINES}→0: ${rows.map(([k, v]) => `${k} ${v.toFixed(2)}`).join(', ')}`,
+    const { over, total, summary } = perMachineBudget(
+      before,
+      await clientRequestCounts(manager.registry),
+      MACHINES,
+      BUDGET_PER_MACHINE,
+      UNLISTED_BUDGET,
     );
-    const total = rows.reduce((s, [, v]) => s + v, 0);
-    console.log(`      total ${total.toFixed(2)} per machine (budget ${TOTAL_BUDGET_PER_MACHINE})`);
-    const over = rows
-      .filter(([k, v]) => v > (BUDGET_PER_MACHINE[k] ?? UNLISTED_BUDGET))
-      .map(
-        ([k, v]) => `${k}: ${v.toFixed(2)} per machine, budget ${BUDGET_PER_MACHINE[k] ?? UNLISTED_BUDGET}`,
-      );
+    console.log(
+      `      requests per machine over 0→${MACHINES}→0: ${summary} (budget ${TOTAL_BUDGET_PER_MACHINE})`,
+    );
     expect(over, 'requests over their budget').to.deep.equal([]);
     expect(total, 'all requests per machine').to.be.at.most(TOTAL_BUDGET_PER_MACHINE);
   });
