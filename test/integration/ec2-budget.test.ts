@@ -1,10 +1,10 @@
 // The EC2 calls the manager makes per machine, as a budget CI holds (issue #49): a MachineDeployment
 // of gardener's AWS sample class taken 0→N→0 on the EC2 emulator, counted by action at the proxy in
 // front of it, must stay within the budgets below. Counts, not times. The floor is 2 (one
-// RunInstances, one TerminateInstances); the lookups above it are DescribeInstances (a new
-// instance's wait to show in it, coalesced across machines; initialisation; the deletion's lookup).
-// A change that adds a call per machine fails here, and must raise its budget in the same commit,
-// saying why.
+// RunInstances, one TerminateInstances); the lookups above it are DescribeInstances (before a
+// launch, and a new instance's wait to show in it, both by Name tag and gathered across machines),
+// one DescribeImages and one DescribeSpotPriceHistory per run. A change that adds a call per
+// machine fails here, and must raise its budget in the same commit, saying why.
 
 import { expect } from 'chai';
 
@@ -25,24 +25,24 @@ import { LifecycleEnv, phaseOf, NS } from './env/lifecycle.js';
 import { perMachineBudget } from './env/budget.js';
 import { until } from './env/until.js';
 
-const MACHINES = 30;
+const MACHINES = 50;
 
 /**
- * EC2 calls per machine over 0→N→0, by action: the figures measured on 2026-11-30 (three runs at
- * 30: RunInstances 1.00, TerminateInstances 1.00, DescribeInstances 0.23 to 0.27, DescribeImages
- * and DescribeSpotPriceHistory one call each per run; 2.30 to 2.33 in all; the build before it,
- * whose machine controller could run a second creation pass from a stale cache, 2.40 with
- * DescribeInstances 0.33) plus about 10 % and at least 0.1. An action not listed may use 0.05 per
- * machine (one call per run at 30 is 0.03).
+ * EC2 calls per machine over 0→N→0, by action, from the figures measured on 2026-11-30 plus about
+ * 10 % and at least 0.1. At 50 machines, two runs: DescribeInstances 0.06 (3 calls), 2.10 in all
+ * (0.08 and 2.12 in the AWS benchmark; at 30, 0.10 and 2.17). Before the lookups waited for company (the build
+ * before this budget's last change) DescribeInstances was 0.20 to 0.27 at 30 and 0.81 at 200.
+ * The total is the issue's target, 2.2 at 50. An action not listed may use 0.05 per machine (one
+ * call per run at 50 is 0.02).
  */
 const BUDGET_PER_MACHINE: Readonly<Record<string, number>> = {
   RunInstances: 1.1,
   TerminateInstances: 1.1,
-  DescribeInstances: 0.37,
+  DescribeInstances: 0.18,
 };
 const UNLISTED_BUDGET = 0.05;
 /** All calls together, per machine. */
-const TOTAL_BUDGET_PER_MACHINE = 2.6;
+const TOTAL_BUDGET_PER_MACHINE = 2.2;
 
 describe('EC2 call budget per machine (the EC2 emulator, real kube-apiserver, the whole manager)', function () {
   this.timeout(300_000);

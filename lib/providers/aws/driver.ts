@@ -87,6 +87,12 @@ const VISIBILITY_MAX_PAUSE_MS = 5_000;
 const VISIBILITY_MAX_LOOKUPS = 20;
 /** How long an instance CreateMachine saw stands in for InitializeMachine's lookup right after. */
 const FRESH_SIGHTING_MS = 10_000;
+/**
+ * How long an instance lookup waits for others to share its DescribeInstances (see lookup.ts):
+ * the lookups of a scale-up's machines, which arrive spread over seconds, then cost a few calls
+ * instead of one or two per machine.
+ */
+const LOOKUP_GATHER_MS = 1_000;
 /** An EC2 client not used for this long is closed (e.g. after its credentials were rotated). */
 const CLIENT_IDLE_MS = 30 * 60_000;
 
@@ -198,6 +204,8 @@ export interface AwsDriverOptions {
   launchBackoffMs?: number;
   /** The first pause between visibility lookups after a launch, doubled each time (default 500 ms). */
   visibilityBackoffMs?: number;
+  /** How long an instance lookup waits to share its call with others (default LOOKUP_GATHER_MS). */
+  lookupGatherMs?: number;
   /** Time: freshness of lookups, idle clients, the pace of launches (tests pass a fake). */
   clock?: Clock;
   /**
@@ -225,6 +233,7 @@ export class AwsDriver implements Driver {
   private readonly log: Logger;
   private readonly backoffMs: number;
   private readonly visibilityBackoffMs: number;
+  private readonly lookupGatherMs: number;
   private readonly fence: WriteFence | undefined;
   private readonly onInstance: ((instance: Instance) => void) | undefined;
   private readonly offerings: UnavailableOfferings | undefined;
@@ -243,6 +252,7 @@ export class AwsDriver implements Driver {
     this.log = opts.logger;
     this.backoffMs = opts.launchBackoffMs ?? 500;
     this.visibilityBackoffMs = opts.visibilityBackoffMs ?? 500;
+    this.lookupGatherMs = opts.lookupGatherMs ?? LOOKUP_GATHER_MS;
     this.fence = opts.fence;
     this.onInstance = opts.onInstance;
     this.offerings = opts.offerings;
@@ -317,7 +327,10 @@ export class AwsDriver implements Driver {
       const api = this.ec2(region, creds.credentials, this.fence);
       c = {
         api,
-        lookup: new InstanceLookup((Filters, signal) => describeAll(api, { Filters }, signal)),
+        lookup: new InstanceLookup((Filters, signal) => describeAll(api, { Filters }, signal), {
+          gatherMs: this.lookupGatherMs,
+          clock: this.clock,
+        }),
         pacer: new LaunchPacer(this.clock),
         usedAt: now,
       };
@@ -490,7 +503,7 @@ export class AwsDriver implements Driver {
     }
     const started = await this.launch(p, spec, name, input, signal);
     this.log.verbose('started EC2 instance', { machine: name, instance: started.InstanceId });
-    const instance = await this.visible(p, started.InstanceId ?? '', signal);
+    const instance = await this.visible(p, spec, name, started.InstanceId ?? '', signal);
     if (instance === undefined) {
       this.log.warn(
         'a started EC2 instance is not visible to DescribeInstances yet; answering with it anyway',
@@ -507,18 +520,27 @@ export class AwsDriver implements Driver {
   }
 
   /**
-   * Waits for a started instance to show in DescribeInstances (by id, through the coalesced
-   * lookups), as gardener's provider does: a call right after RunInstances may not find it yet.
+   * Waits for a started instance to show in DescribeInstances, as gardener's provider does: a
+   * call right after RunInstances may not find it yet. It is looked for by the machine's Name tag
+   * (the coalesced lookups by name), not by id: that is how a retry or another leader finds the
+   * machine's instance before it launches one, so the instance is known to be findable that way,
+   * and these lookups share their calls with those of the machines about to launch. When the tags
+   * do not find it, its id is asked too (an instance already gone is not listed by the tags).
    * Undefined when it did not show within VISIBILITY_WAIT_MS.
    */
   private async visible(
     p: Prepared,
+    spec: AwsProviderSpec,
+    machineName: string,
     instanceId: string,
     signal?: AbortSignal,
   ): Promise<Instance | undefined> {
     let waited = 0;
     for (let attempt = 0; attempt < VISIBILITY_MAX_LOOKUPS; attempt++) {
-      const i = await this.call(p, 'DescribeInstances', () => p.lookup.byId(instanceId, signal));
+      const i =
+        (await this.byName(p, spec, machineName, signal)).find((found) => found.InstanceId === instanceId) ??
+        // Not (yet) found by its tags: by id, in any state (one that is gone already is shown too).
+        (await this.call(p, 'DescribeInstances', () => p.lookup.byId(instanceId, signal)));
       if (i !== undefined) return i;
       const pause = Math.min(this.visibilityBackoffMs * 2 ** attempt, VISIBILITY_MAX_PAUSE_MS);
       if (waited + pause > VISIBILITY_WAIT_MS) break;

@@ -81,6 +81,8 @@ export interface AwsProviderOptions {
    * only EC2's own capacity answer marks the offering).
    */
   unavailableAfterInterruption?: boolean;
+  /** How long an instance lookup waits to share its DescribeInstances (tests; the driver's default). */
+  lookupGatherMs?: number;
 }
 
 /** The default of --aws-unavailable-offering-ttl. */
@@ -137,6 +139,7 @@ export function awsProvider(opts: AwsProviderOptions = {}): ProviderFactory {
       logger,
       fence: ctx.fence,
       ec2,
+      ...(opts.lookupGatherMs === undefined ? {} : { lookupGatherMs: opts.lookupGatherMs }),
       onInstance: (i) => {
         pricing.observeInstance(i);
         offerings.observeInstance(i);

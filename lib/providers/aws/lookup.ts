@@ -1,14 +1,20 @@
 // Coalesced instance lookups of one EC2 client. A burst of machines (a scale-up of hundreds) would
 // otherwise make one DescribeInstances per machine, and EC2 throttles DescribeInstances per account
-// long before it throttles RunInstances. Here a lookup goes out at once when none of its kind is in
-// flight; lookups that arrive while one is in flight wait for it and then go out together, by the
-// `instance-id` or `tag:Name` filter with up to MAX_FILTER_VALUES values. No lookup waits longer
-// than one call; a quiet driver makes exactly the calls it did before.
+// long before it throttles RunInstances. Here lookups of one kind go out together, by the
+// `instance-id` or `tag:Name` filter with up to MAX_FILTER_VALUES values, one call of a kind at a
+// time. A lookup waits for company: its call goes out `gatherMs` after the first lookup of the
+// batch arrived (at once when MAX_FILTER_VALUES are waiting), or after the call in flight when that
+// ends later. Machines of a scale-up arrive spread over seconds (the MachineSet's slow start, the
+// launches' own pace), so a call at once would mostly carry one machine; Karpenter's batcher of
+// DescribeInstances waits the same way (up to 1 s). With gatherMs 0 a lookup goes out at once when
+// none of its kind is in flight.
 //
 // Filters, not InstanceIds: EC2 fails a whole call with InvalidInstanceID.NotFound when one of the
 // ids is unknown, while a filter just leaves it out.
 
 import type { Filter, Instance } from '@aws-sdk/client-ec2';
+
+import { RealClock, type Clock, type TimerHandle } from '../../kube/clock.js';
 
 /** EC2 refuses a DescribeInstances with more filter values than this, all filters counted. */
 export const MAX_FILTER_VALUES = 200;
@@ -18,6 +24,8 @@ export type DescribeFn = (filters: Filter[], signal: AbortSignal) => Promise<Ins
 
 interface Waiter {
   value: string;
+  /** When it arrived (the clock's monotonic time). */
+  at: number;
   resolve: (found: Instance[]) => void;
   reject: (err: unknown) => void;
   signal: AbortSignal | undefined;
@@ -33,6 +41,15 @@ interface Queue {
   maxValues: number;
   waiting: Waiter[];
   busy: boolean;
+  /** The pending start of the next call (only while none is in flight). */
+  timer: TimerHandle | undefined;
+}
+
+export interface InstanceLookupOptions {
+  /** How long a lookup waits for others to share its call (0: none). */
+  gatherMs?: number;
+  /** Time for the gathering (tests pass a fake). */
+  clock?: Clock;
 }
 
 /** What a cancelled lookup rejects with: an AbortError, as the SDK's own cancelled calls. */
@@ -47,7 +64,16 @@ export class InstanceLookup {
   /** Calls made (tests and metrics read it). */
   calls = 0;
 
-  constructor(private readonly describe: DescribeFn) {}
+  private readonly gatherMs: number;
+  private readonly clock: Clock;
+
+  constructor(
+    private readonly describe: DescribeFn,
+    opts: InstanceLookupOptions = {},
+  ) {
+    this.gatherMs = opts.gatherMs ?? 0;
+    this.clock = opts.clock ?? new RealClock();
+  }
 
   /** The instance of an id (in any state), or undefined when EC2 lists none. */
   async byId(instanceId: string, signal?: AbortSignal): Promise<Instance | undefined> {
@@ -101,18 +127,22 @@ export class InstanceLookup {
     if (signal?.aborted === true) return Promise.reject(aborted());
     let q = this.queues.get(key);
     if (q === undefined) {
-      q = { ...make(), waiting: [], busy: false };
+      q = { ...make(), waiting: [], busy: false, timer: undefined };
       this.queues.set(key, q);
     }
     const queue = q;
     return new Promise<Instance[]>((resolve, reject) => {
-      const waiter: Waiter = { value, resolve, reject, signal };
+      const waiter: Waiter = { value, at: this.clock.monotonic(), resolve, reject, signal };
       if (signal !== undefined) {
         const onAbort = (): void => {
           // Still waiting for a call: leave the queue. In a call: the call goes on for the others
           // (and is cancelled once every caller in it has gone).
           const at = queue.waiting.indexOf(waiter);
           if (at >= 0) queue.waiting.splice(at, 1);
+          if (queue.waiting.length === 0 && queue.timer !== undefined) {
+            queue.timer.cancel();
+            queue.timer = undefined;
+          }
           reject(aborted());
         };
         signal.addEventListener('abort', onAbort, { once: true });
@@ -126,8 +156,30 @@ export class InstanceLookup {
         waiter.reject = settle(reject);
       }
       queue.waiting.push(waiter);
-      if (!queue.busy) this.flush(queue);
+      this.schedule(queue);
     });
+  }
+
+  /**
+   * Starts the queue's next call when it is due: gatherMs after its oldest waiter arrived, at once
+   * when a call's worth of values is waiting; never while one is in flight (its end comes back here).
+   */
+  private schedule(queue: Queue): void {
+    // Waiters are kept in their order of arrival: the first is the oldest.
+    const oldest = queue.waiting[0];
+    if (queue.busy || oldest === undefined) return;
+    const wait = oldest.at + this.gatherMs - this.clock.monotonic();
+    if (wait <= 0 || queue.waiting.length >= queue.maxValues) {
+      queue.timer?.cancel();
+      queue.timer = undefined;
+      this.flush(queue);
+      return;
+    }
+    if (queue.timer !== undefined) return;
+    queue.timer = this.clock.setTimeout(() => {
+      queue.timer = undefined;
+      this.schedule(queue);
+    }, wait);
   }
 
   private flush(queue: Queue): void {
@@ -174,7 +226,7 @@ export class InstanceLookup {
       .finally(() => {
         if (watching) for (const s of signals) s.removeEventListener('abort', allGone);
         queue.busy = false;
-        if (queue.waiting.length > 0) this.flush(queue);
+        this.schedule(queue);
       });
   }
 }

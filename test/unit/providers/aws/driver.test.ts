@@ -53,6 +53,7 @@ function setup(
     ...(offerings === undefined ? {} : { offerings }),
     launchBackoffMs: 0,
     visibilityBackoffMs: 0,
+    lookupGatherMs: 0,
     clock,
     ec2: (region) => {
       regions.push(region);
@@ -162,8 +163,9 @@ describe('AWS provider: driver behaviour (fake EC2)', () => {
     expect(images, 'one DescribeImages for the burst').to.equal(1);
     const byFilter = (name: string): number =>
       fake.describes.filter((d) => d.Filters?.[0]?.Name === name).length;
-    expect(byFilter('tag:Name'), 'lookups by Name coalesced').to.be.at.most(2);
-    expect(byFilter('instance-id'), 'waits for visibility coalesced').to.be.at.most(2);
+    // The lookups before the launches and the waits for visibility after them, all by Name.
+    expect(byFilter('tag:Name'), 'lookups by Name coalesced').to.be.at.most(4);
+    expect(byFilter('instance-id'), 'visible by Name: no lookup by id').to.equal(0);
     expect(fake.runs).to.have.length(12);
     const nameOf = (providerID: string): string | undefined =>
       fake.instances
@@ -421,17 +423,22 @@ describe('AWS provider: driver behaviour (fake EC2)', () => {
     const { fake, driver } = setup();
     let lookups = 0;
     const describe = fake.describeInstances.bind(fake);
+    let launched = false;
     fake.describeInstances = (input) => {
-      // The instance shows from the third lookup by id on (EC2's eventual consistency).
-      if (input.Filters?.[0]?.Name === 'instance-id' && ++lookups >= 3) fake.hidden.clear();
+      // After the launch the instance shows from the third wait's lookup on (EC2's eventual
+      // consistency); each wait asks by Name, then by id.
+      if (launched && input.Filters?.[0]?.Name === 'tag:Name' && ++lookups >= 3) fake.hidden.clear();
       return describe(input);
     };
     fake.afterRun = () => {
+      launched = true;
       for (const i of fake.instances) fake.hidden.add(i.InstanceId ?? '');
     };
     const req = { machine: machine('m1'), machineClass: cls({ srcAndDstChecksEnabled: false }), secret };
     const created = await driver.createMachine(req);
     expect(lookups, 'looked until it showed').to.equal(3);
+    const byId = fake.describes.filter((d) => d.Filters?.[0]?.Name === 'instance-id').length;
+    expect(byId, 'asked by id after each miss by Name').to.equal(2);
     const i = fake.instances[0];
     expect(created.providerID).to.equal(`aws:///eu-west-1/${i?.InstanceId ?? ''}`);
     if (i !== undefined) i.SourceDestCheck = true;

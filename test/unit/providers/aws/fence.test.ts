@@ -83,6 +83,7 @@ function setup(): {
     fence,
     launchBackoffMs: 0,
     visibilityBackoffMs: 0,
+    lookupGatherMs: 0,
     ec2: sdkEc2ApiWith({ requestHandler: stub.handler }),
   });
   // As the manager wires it: the registry's guard checks the fence when a call starts.

@@ -2,6 +2,7 @@ import { expect } from 'chai';
 
 import type { Filter, Instance } from '@aws-sdk/client-ec2';
 
+import { FakeClock } from '../../../../lib/kube/clock.js';
 import { InstanceLookup, MAX_FILTER_VALUES } from '../../../../lib/providers/aws/lookup.js';
 
 const STATES = ['pending', 'running', 'stopping', 'stopped'];
@@ -184,5 +185,73 @@ describe('AWS provider: coalesced instance lookups', () => {
     void lookup.byName('Name', 'm1', ['kubernetes.io/cluster/other', ROLE], STATES);
     expect(fake.calls).to.have.length(2);
     expect(fake.values(1, 'tag-key')).to.deep.equal(['kubernetes.io/cluster/other']);
+  });
+});
+
+describe('AWS provider: instance lookups wait for company (gatherMs)', () => {
+  it('sends lookups that arrive within gatherMs of the first in one call, gatherMs after the first', async () => {
+    const fake = new FakeDescribe();
+    const clock = new FakeClock();
+    const lookup = new InstanceLookup(fake.fn, { gatherMs: 1000, clock });
+    const a = lookup.byName('Name', 'm1', KEYS, STATES);
+    await clock.advance(400);
+    const b = lookup.byName('Name', 'm2', KEYS, STATES);
+    await clock.advance(599);
+    expect(fake.calls, 'nothing sent before gatherMs has passed').to.have.length(0);
+    await clock.advance(1);
+    expect(fake.calls).to.have.length(1);
+    expect(fake.values(0, 'tag:Name')).to.deep.equal(['m1', 'm2']);
+    fake.calls[0]?.answer([named('m1', 'i-1')]);
+    expect((await a).map((i) => i.InstanceId)).to.deep.equal(['i-1']);
+    expect(await b).to.deep.equal([]);
+  });
+
+  it('one call of a kind at a time: lookups that waited through a call go out when it ends, the later ones gatherMs after they arrived', async () => {
+    const fake = new FakeDescribe();
+    const clock = new FakeClock();
+    const lookup = new InstanceLookup(fake.fn, { gatherMs: 1000, clock });
+    void lookup.byId('i-1');
+    await clock.advance(1000);
+    expect(fake.calls).to.have.length(1);
+    void lookup.byId('i-2');
+    await clock.advance(1500);
+    expect(fake.calls, 'the call in flight is not overtaken').to.have.length(1);
+    fake.calls[0]?.answer([]);
+    await clock.advance(0);
+    expect(fake.calls, 'i-2 waited longer than gatherMs: sent at once').to.have.length(2);
+    expect(fake.values(1, 'instance-id')).to.deep.equal(['i-2']);
+    void lookup.byId('i-3');
+    fake.calls[1]?.answer([]);
+    await clock.advance(999);
+    expect(fake.calls, 'i-3 came during the call: it still waits its gatherMs').to.have.length(2);
+    await clock.advance(1);
+    expect(fake.values(2, 'instance-id')).to.deep.equal(['i-3']);
+  });
+
+  it('sends at once when a call’s worth of values is waiting', () => {
+    const fake = new FakeDescribe();
+    const clock = new FakeClock();
+    const lookup = new InstanceLookup(fake.fn, { gatherMs: 1000, clock });
+    for (let k = 0; k < MAX_FILTER_VALUES; k++) void lookup.byId(`i-${String(k)}`);
+    expect(fake.calls).to.have.length(1);
+    expect(fake.values(0, 'instance-id')).to.have.length(MAX_FILTER_VALUES);
+    expect(clock.pendingTimers(), 'no timer left behind').to.equal(0);
+  });
+
+  it('a lookup cancelled while it waits for company is not sent, and its timer goes when no other waits', async () => {
+    const fake = new FakeDescribe();
+    const clock = new FakeClock();
+    const lookup = new InstanceLookup(fake.fn, { gatherMs: 1000, clock });
+    const c = new AbortController();
+    const gone = lookup.byId('i-1', c.signal);
+    c.abort();
+    const err = await gone.then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(err).to.have.property('name', 'AbortError');
+    expect(clock.pendingTimers()).to.equal(0);
+    await clock.advance(2000);
+    expect(fake.calls).to.have.length(0);
   });
 });

@@ -162,6 +162,7 @@ describe('aws provider: a Spot interruption and the offering of its instance', (
         };
         const provider = awsProvider({
           ec2: () => fake,
+          lookupGatherMs: 0,
           unavailableAfterInterruption: optIn,
           interruption: {
             queueUrl: queue.url,
