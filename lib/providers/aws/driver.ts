@@ -535,7 +535,8 @@ export class AwsDriver implements Driver {
     instanceId: string,
     signal?: AbortSignal,
   ): Promise<Instance | undefined> {
-    let waited = 0;
+    // The time the lookups take counts too (each may wait up to LOOKUP_GATHER_MS for company).
+    const started = this.clock.monotonic();
     for (let attempt = 0; attempt < VISIBILITY_MAX_LOOKUPS; attempt++) {
       const i =
         (await this.byName(p, spec, machineName, signal)).find((found) => found.InstanceId === instanceId) ??
@@ -543,9 +544,8 @@ export class AwsDriver implements Driver {
         (await this.call(p, 'DescribeInstances', () => p.lookup.byId(instanceId, signal)));
       if (i !== undefined) return i;
       const pause = Math.min(this.visibilityBackoffMs * 2 ** attempt, VISIBILITY_MAX_PAUSE_MS);
-      if (waited + pause > VISIBILITY_WAIT_MS) break;
+      if (this.clock.monotonic() - started + pause >= VISIBILITY_WAIT_MS) break;
       await sleep(pause, signal);
-      waited += pause;
     }
     return undefined;
   }

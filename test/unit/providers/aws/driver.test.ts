@@ -446,6 +446,30 @@ describe('AWS provider: driver behaviour (fake EC2)', () => {
     expect(fake.modified, 'initialised, not skipped').to.deep.equal([i?.InstanceId]);
   });
 
+  it('CreateMachine answers with the started instance once 60 s have passed without it showing, the lookups’ own time counted', async () => {
+    const clock = new InstantClock();
+    const { fake, driver } = setup(clock);
+    let launched = false;
+    let after = 0;
+    const describe = fake.describeInstances.bind(fake);
+    fake.describeInstances = (input) => {
+      // Each lookup after the launch takes 10 s (a slow or throttled DescribeInstances).
+      if (launched) {
+        after++;
+        clock.t += 10_000;
+      }
+      return describe(input);
+    };
+    fake.afterRun = () => {
+      launched = true;
+      for (const i of fake.instances) fake.hidden.add(i.InstanceId ?? '');
+    };
+    const created = await driver.createMachine({ machine: machine('m1'), machineClass: cls(), secret });
+    expect(created.providerID).to.equal(`aws:///eu-west-1/${fake.instances[0]?.InstanceId ?? ''}`);
+    // Three rounds of a lookup by Name and one by id (60 s), not the 20 rounds the pauses alone allow.
+    expect(after).to.equal(6);
+  });
+
   it('InitializeMachine of an instance not visible yet is Uninitialized (retried), not skipped', async () => {
     const { fake, driver } = setup();
     const i = fake.add({ ...tagged('m1'), SourceDestCheck: true });
