@@ -106,7 +106,6 @@ export function sampleSecret(): Secret {
   return fixture<Secret>('secret.yaml');
 }
 
-/** Every instance carrying a tag key, whatever its state. */
 /**
  * Terminates an instance as something outside the manager would (the cloud, a user). EC2 answers a
  * termination of an instance that is terminated already as a success; the emulator refuses it with
@@ -124,6 +123,7 @@ export async function terminateInstance(ec2: EC2Client, id: string): Promise<voi
   }
 }
 
+/** Every instance carrying a tag key, whatever its state. */
 export async function taggedInstances(ec2: EC2Client, tagKey = CLUSTER_TAG): Promise<Instance[]> {
   const out: Instance[] = [];
   let NextToken: string | undefined;
