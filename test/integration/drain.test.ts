@@ -244,12 +244,25 @@ describe('drain of a deleted machine’s node (real kube-apiserver, kube-control
     await until('the first pod with a volume is evicted', () => deletedAt.size >= 1 || undefined, 60_000);
     const [first] = [...deletedAt.keys()];
     expect(first, 'higher-priority-equal pods go in name order').to.equal('db-a');
+    // The first pod is gone once kwok removes it (its eviction only marked it); from then on the
+    // drain says it waits for that pod's volume. How long kwok and the watches take is not this
+    // test's business, so the state is waited for, not sampled at a fixed time.
+    const describe = async (): Promise<string> =>
+      (await env.client.get<Machine>(MachineResource, node, NS)).status?.lastOperation?.description ?? '';
+    let said = '';
+    await until('the drain waits for the first pod’s volume to detach', async () => {
+      said = await describe();
+      return said.includes('vol-a are still attached') || undefined;
+    }).catch((err: unknown) => {
+      throw new Error(`${err instanceof Error ? err.message : String(err)}; the machine last said: ${said}`);
+    });
+    expect(deletedAt.has('db-b'), 'the second waits while the first one’s volume is attached').to.be.false;
     // A window in which something must NOT happen (no condition can stand in for it): the drain
     // runs several rounds meanwhile and must keep the second pod.
     await new Promise((r) => setTimeout(r, 3000));
     expect(deletedAt.has('db-b'), 'the second waits while the first one’s volume is attached').to.be.false;
-    const waiting = await env.client.get<Machine>(MachineResource, node, NS);
-    expect(waiting.status?.lastOperation?.description).to.contain('vol-a are still attached');
+    const waiting = await describe();
+    expect(waiting, `the drain still waits for vol-a: ${waiting}`).to.contain('vol-a are still attached');
     const detachedAt = Date.now();
     await env.client.patch(
       CoreResources.nodes,
