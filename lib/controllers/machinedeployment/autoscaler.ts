@@ -3,13 +3,14 @@
 // annotation `node.machine.sapcloud.io/trigger-deletion-by-mcm` (`name~RFC3339,...`; older
 // autoscalers write bare names and rely on `last-deployment-replica-change-by-scaler-time`). This
 // controller turns those names into machine annotations (priority 1 and the mark time) that the
-// MachineSet controller acts on, keeps the list free of machines that are gone, and takes marks
-// off again once no replica surplus stands behind them (marks.ts decides).
+// MachineSet controller acts on, keeps the list free of machines that are gone, deletes a named
+// machine itself when replicas were raised again before it went (no set would), and takes marks
+// off machines whose entry is gone (marks.ts decides).
 
 import { Annotation } from '../../api/constants.js';
 import { replicasOf } from '../../api/replicas.js';
 import { MachineResource, type MachineSet } from '../../api/types.js';
-import { isNotFound } from '../../kube/errors.js';
+import { isConflict, isNotFound } from '../../kube/errors.js';
 import { controllerRefOf } from '../machines.js';
 import { carriesMark, machineMarkPatch, machineUnmarkPatch, planTriggerDeletion, setViews } from './marks.js';
 import {
@@ -62,7 +63,9 @@ export async function processTriggerDeletion(
   }
 
   let machinesChanged = false;
+  const replace = new Set(plan.replace);
   for (const { name, time } of plan.marks) {
+    if (replace.has(name)) continue;
     const m = machines.get(mcd.metadata.namespace, name);
     const annotations = m === undefined ? undefined : machineMarkPatch(m, time);
     if (m === undefined || annotations === undefined) continue;
@@ -71,17 +74,55 @@ export async function processTriggerDeletion(
       ctx.log.info('marked machine for deletion by the autoscaler', { machine: name, markedAt: time });
     }
   }
+  for (const { name, time } of plan.marks) {
+    if (!replace.has(name)) continue;
+    const m = machines.get(mcd.metadata.namespace, name);
+    if (m === undefined) continue;
+    if (await deleteMachine(ctx, m)) {
+      machinesChanged = true;
+      ctx.log.info('deleting a machine the autoscaler named: replicas were raised again before it went', {
+        machine: name,
+        markedAt: time,
+      });
+      ctx.event(
+        state.mcd,
+        'Normal',
+        REPLACING_MARKED_MACHINE,
+        `Machine ${name} was named for deletion at ${time} and replicas were raised again before it went: it is deleted and its MachineSet creates a replacement`,
+      );
+    }
+  }
   for (const name of plan.unmark) {
     const m = machines.get(mcd.metadata.namespace, name);
     if (m === undefined) continue;
     if (await patchMachineAnnotations(ctx, m, machineUnmarkPatch(m))) {
       machinesChanged = true;
-      ctx.log.info('removed the deletion mark of a machine: no replica surplus is left for it', {
+      ctx.log.info('removed the deletion mark of a machine: its entry is gone from the annotation', {
         machine: name,
       });
     }
   }
   return { state, machinesChanged };
+}
+
+/** The event reason when a named machine is deleted by the deployment controller (no surplus left). */
+export const REPLACING_MARKED_MACHINE = 'ReplacingMarkedMachine';
+
+/** Deletes a machine (this one: its UID is a precondition); false when it is gone already. */
+async function deleteMachine(
+  ctx: PassContext,
+  m: { metadata: { name?: string; namespace?: string; uid?: string } },
+): Promise<boolean> {
+  try {
+    await ctx.deps.client.delete(MachineResource, m.metadata.name ?? '', {
+      namespace: m.metadata.namespace ?? '',
+      preconditions: { uid: m.metadata.uid ?? '' },
+    });
+    return true;
+  } catch (err) {
+    if (isNotFound(err) || isConflict(err)) return false;
+    throw err;
+  }
 }
 
 /** Merge-patches a machine's annotations; false when the machine is gone. */

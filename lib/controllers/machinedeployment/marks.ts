@@ -5,12 +5,15 @@
 // machine be the one removed by that decrement. The controller gives named machines priority 1
 // and the mark time, and the MachineSet deletes them first.
 //
-// A mark needs a surplus behind it: more machines than spec.replicas. When replicas rise again
-// before the machine went (IncreaseSize, `kubectl scale`), the decrement is undone and so is the
-// mark: left in place it would be reported as going forever and would make the MachineSet delete
-// this machine at the next, unrelated scale-down instead of the one asked for. So only as many
-// marks as there are surplus machines stand, the newest first (the latest request is backed by
-// its own decrement), and every other mark is removed from the annotation and from its machine.
+// A named machine goes, whatever happens to replicas afterwards. The autoscaler has already
+// prepared its node for removal (drained it, tainted or cordoned it) and counts it as gone; when
+// replicas rise again before the machine went (IncreaseSize for pending pods, `kubectl scale`),
+// keeping it would leave an unschedulable node in place of the one the increase asked for
+// (gardener MCM #1085). While the deployment has more machines than replicas, the MachineSet
+// deletes the marked ones as its surplus. A mark with no surplus behind it (the decrement was
+// undone) is carried out by the MachineDeployment controller itself: it deletes the machine and
+// the set creates its replacement. A machine that carries a mark whose annotation entry is gone
+// (someone edited the list) is unmarked and stays.
 
 import {
   Annotation,
@@ -57,7 +60,12 @@ export interface TriggerDeletionPlan {
   setScalerTime?: string | undefined;
   /** Machines to mark for deletion, with their mark time: exactly the machines that are going. */
   marks: { name: string; time: string }[];
-  /** Machines of the deployment whose mark no longer stands: their mark annotations are removed. */
+  /**
+   * Marked machines that no surplus backs (replicas were raised after the mark): no MachineSet
+   * would delete them, so the deployment controller deletes them and their sets replace them.
+   */
+  replace: string[];
+  /** Machines of the deployment carrying a mark without an entry: their mark annotations are removed. */
   unmark: string[];
   /** Entries dropped and why (for the log). */
   dropped: { entry: string; why: string }[];
@@ -72,24 +80,20 @@ interface Candidate {
   set: SetView;
 }
 
-const UNBACKED =
-  'no surplus machine left for this mark (replicas were raised after it), so the machine stays';
-
 /**
  * Plans the deletion protocol for one deployment:
  * - legacy bare names get the scaler time (now, when none is recorded);
  * - entries that are malformed, name a machine that does not exist, is not the deployment's, is
  *   Failed or already Terminating are dropped (the MachineSet removes failed and terminating
  *   machines anyway);
- * - of the rest, as many stand as the deployment has surplus machines, newest first. The surplus
- *   counts each set's machines or its replicas, whichever is more (a machine being created counts
- *   before it is in the cache), minus the deployment's replicas. A mark without surplus still
- *   stands while its machine's set has more machines than its replicas: that set is deleting
- *   right now and, unmarked, it would delete some other machine in its place. It goes once the
- *   deployment has scaled the set back up;
- * - standing entries are marked on their machines; every other machine of the deployment that
- *   carries a mark (`markedMachines`) is unmarked, which also clears marks whose annotation entry
- *   is already gone.
+ * - every other entry stands and its machine is marked. As many as the deployment has surplus
+ *   machines, newest first, are left to the MachineSets. The surplus counts each set's machines
+ *   or its replicas, whichever is more (a machine being created counts before it is in the
+ *   cache), minus the deployment's replicas. A mark whose set has more machines than its replicas
+ *   is left to that set too: it is deleting right now. The rest have no surplus behind them and
+ *   are to be replaced (`replace`);
+ * - every other machine of the deployment that carries a mark (`markedMachines`) is unmarked: its
+ *   annotation entry is gone.
  */
 export function planTriggerDeletion(args: {
   mcd: AnyDeployment;
@@ -136,27 +140,29 @@ export function planTriggerDeletion(args: {
     }
   }
 
-  const standing = standingMarks(candidates, replicasOf(args.mcd), args.sets);
-  const kept = candidates.filter((c) => standing.has(c.name));
-  for (const c of candidates) if (!standing.has(c.name)) dropped.push({ entry: c.entry, why: UNBACKED });
-
-  const value = kept.length === 0 ? undefined : kept.map((c) => c.entry).join(',');
+  const backed = backedMarks(candidates, replicasOf(args.mcd), args.sets);
+  const named = new Set(candidates.map((c) => c.name));
+  const value = candidates.length === 0 ? undefined : candidates.map((c) => c.entry).join(',');
   const unmark = args.markedMachines
-    .filter((m) => !isTerminating(m) && !isFailed(m) && !standing.has(m.metadata.name ?? ''))
+    .filter((m) => !isTerminating(m) && !isFailed(m) && !named.has(m.metadata.name ?? ''))
     .map((m) => m.metadata.name ?? '')
     .sort();
   return {
     value,
     changed: original !== undefined && (value !== original || needsScalerTime),
     setScalerTime: needsScalerTime ? scalerTime : undefined,
-    marks: kept.map((c) => ({ name: c.name, time: c.time })),
+    marks: candidates.map((c) => ({ name: c.name, time: c.time })),
+    replace: candidates
+      .filter((c) => !backed.has(c.name))
+      .map((c) => c.name)
+      .sort(),
     unmark,
     dropped,
   };
 }
 
-/** The names whose marks stand: the newest `surplus` ones, plus those whose set is deleting now. */
-function standingMarks(
+/** The names a MachineSet deletes: the newest `surplus` ones, plus those whose set is deleting now. */
+function backedMarks(
   candidates: readonly Candidate[],
   replicas: number,
   sets: readonly SetView[],
@@ -166,9 +172,9 @@ function standingMarks(
   const newestFirst = [...candidates].sort(
     (a, b) => Date.parse(b.time) - Date.parse(a.time) || b.index - a.index,
   );
-  const standing = new Set(newestFirst.slice(0, surplus).map((c) => c.name));
-  for (const c of candidates) if (c.set.active > c.set.replicas) standing.add(c.name);
-  return standing;
+  const backed = new Set(newestFirst.slice(0, surplus).map((c) => c.name));
+  for (const c of candidates) if (c.set.active > c.set.replicas) backed.add(c.name);
+  return backed;
 }
 
 /** Machines of the deployment that carry a deletion mark from this protocol. */
@@ -200,7 +206,7 @@ export function machineUnmarkPatch(m: AnyMachine): Record<string, string | null>
 }
 
 /**
- * The machines of a deployment that are going by the protocol (their marks stand), from the same
+ * The machines of a deployment that are going by the protocol (every standing mark), from the same
  * plan the controller writes: the autoscaler server reports them Deleting and does not count them
  * again. `machines` are the machines of `sets`.
  */

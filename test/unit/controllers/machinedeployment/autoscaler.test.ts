@@ -115,7 +115,7 @@ describe('planTriggerDeletion', () => {
   });
 });
 
-describe('planTriggerDeletion: a mark stands only with a replica surplus behind it', () => {
+describe('planTriggerDeletion: a named machine goes; without a surplus behind it the deployment replaces it', () => {
   const EARLY = '2026-11-21T09:00:00Z';
   const LATE = '2026-11-21T09:05:00Z';
   const MARK = {
@@ -132,69 +132,79 @@ describe('planTriggerDeletion: a mark stands only with a replica surplus behind 
     trigger?: string;
     /** Machines that already carry a mark. */
     carrying?: string[];
-    standing: string[];
+    /** Marked (and kept in the annotation). */
+    marks: string[];
+    /** Deleted by the deployment controller: no set would delete them. */
+    replace: string[];
     unmark: string[];
   }
   const cases: Case[] = [
     {
-      name: 'the decrement that came with the mark backs it',
+      name: 'the decrement that came with the mark backs it: the set deletes the machine',
       replicas: 2,
       set: { replicas: 3, active: 3 },
       trigger: `m1~${EARLY}`,
-      standing: ['m1'],
+      marks: ['m1'],
+      replace: [],
       unmark: [],
     },
     {
-      name: 'it still stands once the set was scaled down',
+      name: 'it is still the set’s once the set was scaled down',
       replicas: 2,
       set: { replicas: 2, active: 3 },
       trigger: `m1~${EARLY}`,
       carrying: ['m1'],
-      standing: ['m1'],
+      marks: ['m1'],
+      replace: [],
       unmark: [],
     },
     {
-      name: 'replicas raised again before the set shrank: the mark goes, from the list and the machine',
+      name: 'replicas raised again before the set shrank (gardener #1085): the machine is replaced, not kept cordoned',
       replicas: 3,
       set: { replicas: 3, active: 3 },
       trigger: `m1~${EARLY}`,
       carrying: ['m1'],
-      standing: [],
-      unmark: ['m1'],
+      marks: ['m1'],
+      replace: ['m1'],
+      unmark: [],
     },
     {
-      name: 'a scale-up still to be created leaves no surplus',
+      name: 'a scale-up still to be created leaves no surplus: the machine is replaced',
       replicas: 4,
       set: { replicas: 3, active: 3 },
       trigger: `m1~${EARLY}`,
       carrying: ['m1'],
-      standing: [],
-      unmark: ['m1'],
+      marks: ['m1'],
+      replace: ['m1'],
+      unmark: [],
     },
     {
-      name: 'raised while the set is deleting: the mark stays until the set is sized up, or another machine would go',
+      name: 'raised while the set is deleting: left to the set, which deletes it now',
       replicas: 3,
       set: { replicas: 2, active: 3 },
       trigger: `m1~${EARLY}`,
       carrying: ['m1'],
-      standing: ['m1'],
+      marks: ['m1'],
+      replace: [],
       unmark: [],
     },
     {
-      name: 'fewer surplus machines than marks: the newest marks stand (the latest request)',
+      name: 'fewer surplus machines than marks: the newest mark is the set’s, the older one replaced',
       replicas: 2,
       set: { replicas: 3, active: 3 },
       trigger: `m2~${LATE},m1~${EARLY}`,
       carrying: ['m1'],
-      standing: ['m2'],
-      unmark: ['m1'],
+      marks: ['m1', 'm2'],
+      replace: ['m1'],
+      unmark: [],
     },
     {
       name: 'marks of the same second: the later entry is the newer',
       replicas: 2,
       set: { replicas: 3, active: 3 },
       trigger: `m1~${EARLY},m2~${EARLY}`,
-      standing: ['m2'],
+      marks: ['m1', 'm2'],
+      replace: ['m1'],
       unmark: [],
     },
     {
@@ -202,23 +212,26 @@ describe('planTriggerDeletion: a mark stands only with a replica surplus behind 
       replicas: 2,
       set: { replicas: 3, active: 2 },
       trigger: `m1~${EARLY}`,
-      standing: ['m1'],
+      marks: ['m1'],
+      replace: [],
       unmark: [],
     },
     {
-      name: 'a machine carrying a mark whose entry is gone is unmarked',
+      name: 'a machine carrying a mark whose entry is gone is unmarked and stays',
       replicas: 3,
       set: { replicas: 3, active: 3 },
       carrying: ['m3'],
-      standing: [],
+      marks: [],
+      replace: [],
       unmark: ['m3'],
     },
     {
-      name: 'two marks, two surplus machines: both stand',
+      name: 'two marks, two surplus machines: both are the set’s',
       replicas: 1,
       set: { replicas: 3, active: 3 },
       trigger: `m1~${EARLY},m2~${LATE}`,
-      standing: ['m1', 'm2'],
+      marks: ['m1', 'm2'],
+      replace: [],
       unmark: [],
     },
   ];
@@ -241,10 +254,11 @@ describe('planTriggerDeletion: a mark stands only with a replica surplus behind 
         sets: [view],
         markedMachines: all.filter((m) => (c.carrying ?? []).includes(m.metadata.name ?? '')),
       });
-      expect(p.marks.map((m) => m.name).sort(), 'standing marks').to.deep.equal(c.standing);
+      expect(p.marks.map((m) => m.name).sort(), 'marks').to.deep.equal(c.marks);
+      expect(p.replace, 'machines the deployment replaces').to.deep.equal(c.replace);
       expect(p.unmark, 'machines to unmark').to.deep.equal(c.unmark);
       const kept = (p.value ?? '').split(',').filter((e) => e !== '');
-      expect(kept.map((e) => e.split('~')[0]).sort(), 'annotation').to.deep.equal(c.standing);
+      expect(kept.map((e) => e.split('~')[0]).sort(), 'annotation').to.deep.equal(c.marks);
     });
   }
 
@@ -252,7 +266,8 @@ describe('planTriggerDeletion: a mark stands only with a replica surplus behind 
     const mcd = deployment('d', 3, { annotations: { [TRIGGER]: `m1~${EARLY}` } });
     const ms = ownedSet(mcd, 3);
     const all = ['m1', 'm2', 'm3'].map((name) => machineOf(ms, name));
-    expect([...machinesGoing({ mcd, sets: [ms], machines: all, now: NOW })]).to.deep.equal([]);
+    // Without a surplus the named machine goes too (the deployment deletes it).
+    expect([...machinesGoing({ mcd, sets: [ms], machines: all, now: NOW })]).to.deep.equal(['m1']);
     const lowered = deployment('d', 2, { annotations: { [TRIGGER]: `m1~${EARLY}` } });
     expect([...machinesGoing({ mcd: lowered, sets: [ms], machines: all, now: NOW })]).to.deep.equal(['m1']);
   });

@@ -97,10 +97,12 @@ describe('MachineDeploymentController.reconcile', () => {
   }
 
   /** The machines a MachineSet controller pass over `ms` deletes. */
+  let machineSets: { env: typeof env; controller: MachineSetController } | undefined;
   async function deletedBySetController(ms: MachineSet | undefined): Promise<(string | undefined)[]> {
-    const machineSets = new MachineSetController(env.ctx);
+    // One controller per environment: its metrics are registered once.
+    if (machineSets?.env !== env) machineSets = { env, controller: new MachineSetController(env.ctx) };
     env.api.clearActions();
-    await machineSets.reconcile(`${NS}/${ms?.metadata.name ?? ''}`, rctx);
+    await machineSets.controller.reconcile(`${NS}/${ms?.metadata.name ?? ''}`, rctx);
     return env.api
       .writes()
       .filter((w) => w.verb === 'delete' && w.resource.startsWith('machines.'))
@@ -434,7 +436,7 @@ describe('MachineDeploymentController.reconcile', () => {
     ).to.not.have.property(TRIGGER);
   });
 
-  it('unmarks a machine once replicas rise again before it went, and a later request deletes the machine it names', async () => {
+  it('deletes a machine named for deletion itself once replicas rise again before it went (gardener #1085), and a later request deletes the machine it names', async () => {
     const mcd = deployment('d', 3, { annotations: { 'deployment.kubernetes.io/revision': '1' } });
     const ms = ownedSet(mcd, 3, { revision: 1, desired: 3 });
     await setup({ mcd, sets: [ms], machines: machinesOf(ms, 'm', 3) });
@@ -452,30 +454,48 @@ describe('MachineDeploymentController.reconcile', () => {
       env.api.peek<Machine>(MachineResource, name, NS)?.metadata.annotations?.[
         'machinepriority.machine.sapcloud.io'
       ];
+    const machineDeletes = (): (string | undefined)[] =>
+      env.api
+        .writes()
+        .filter((w) => w.verb === 'delete' && w.resource.startsWith('machines.'))
+        .map((w) => w.name);
 
     await deleteNodes('m-0', '2026-11-21T09:58:00Z');
     await reconcile();
     expect(priority('m-0'), 'marked').to.equal('1');
-    // IncreaseSize(+1) before the set shrank: no machine is to go any more.
+    // IncreaseSize(+1) before the set shrank: the set has no surplus to delete m-0 from, but the
+    // autoscaler has prepared m-0's node for removal and counts it as gone.
     await updateDeployment((d) => {
       if (d.spec !== undefined) d.spec.replicas = 3;
     });
+    env.api.clearActions();
     await reconcile();
-    expect(current().metadata.annotations ?? {}, 'entry removed').to.not.have.property(TRIGGER);
-    expect(priority('m-0'), 'back to the default priority').to.equal('3');
+    expect(machineDeletes(), 'the deployment controller deletes the named machine').to.deep.equal(['m-0']);
     expect(
-      env.api.peek<Machine>(MachineResource, 'm-0', NS)?.metadata.annotations ?? {},
-    ).to.not.have.property('machine.sapcloud.io/marked-for-deletion-time');
+      env.recorder.events
+        .filter((e) => e.reason === 'ReplacingMarkedMachine')
+        .map((e) => e.message.includes('m-0')),
+    ).to.deep.equal([true]);
+    expect(replicasOfClass('small'), 'the set keeps its replicas').to.equal(3);
+    await reconcile();
+    expect(
+      current().metadata.annotations ?? {},
+      'entry dropped once the machine is going',
+    ).to.not.have.property(TRIGGER);
+    // The set replaces it (and deletes nothing).
+    expect(await deletedBySetController(setOfClass('small'))).to.deep.equal([]);
+    expect(
+      env.api.writes().filter((w) => w.verb === 'create' && w.resource.startsWith('machines.')),
+      'a replacement created',
+    ).to.have.length(1);
+    await env.settle();
 
     await deleteNodes('m-1', '2026-11-21T09:59:00Z');
     await reconcile();
     await reconcile();
     const scaled = setOfClass('small');
     expect(scaled?.spec?.replicas).to.equal(2);
-    expect(
-      await deletedBySetController(scaled),
-      'the machine named last goes, not the one unmarked',
-    ).to.deep.equal(['m-1']);
+    expect(await deletedBySetController(scaled), 'the machine named last goes').to.deep.equal(['m-1']);
   });
 
   it('without a target cluster, reports InPlaceUpdate as unsupported and keeps scaling without rolling', async () => {
