@@ -15,6 +15,8 @@ import { watchEvents } from './watch.js';
  */
 export class FleetWatch {
   maxTotal = 0;
+  /** The most machines not being deleted at once. */
+  maxStaying = 0;
   minRunning = Number.POSITIVE_INFINITY;
   /** Whether machines of more than one class existed at the same time (a rollout's overlap). */
   mixed = false;
@@ -56,6 +58,10 @@ export class FleetWatch {
   private check(): void {
     const all = [...this.machines.values()];
     this.maxTotal = Math.max(this.maxTotal, all.length);
+    this.maxStaying = Math.max(
+      this.maxStaying,
+      all.filter((m) => m.metadata.deletionTimestamp === undefined).length,
+    );
     this.minRunning = Math.min(
       this.minRunning,
       all.filter((m) => phaseOf(m) === MachinePhase.Running).length,
