@@ -273,8 +273,9 @@ async function flappingConditions(s: Stack): Promise<Outcome> {
   }
   const after = failed - unknownAt;
   return {
-    // The health timeout, and one short retry period (gardener's is 5 s) to notice it.
-    held: after <= HEALTH_TIMEOUT_MS + 10_000,
+    // At the health timeout, not before (the transition time is stored to the second, and the
+    // test saw Unknown a poll later), and within one short retry period (gardener's is 5 s) after.
+    held: after >= HEALTH_TIMEOUT_MS - 1_500 && after <= HEALTH_TIMEOUT_MS + 10_000,
     figure: `Failed ${seconds(after)} after going Unknown (timeout 20 s)`,
   };
 }
