@@ -419,8 +419,26 @@ export class MachineSetController {
     }
   }
 
+  /**
+   * Whether the set's deployment is rolling: another set of the same deployment still has
+   * replicas or machines (a rolling or an in-place update under way).
+   */
+  private deploymentRolls(ms: MachineSet): boolean {
+    const owner = controllerRefOf(ms)?.uid;
+    if (owner === undefined) return false;
+    return this.ctx.informers.machineSets
+      .byIndex(CONTROLLER_UID_INDEX, owner)
+      .some(
+        (s) =>
+          s.metadata.uid !== ms.metadata.uid &&
+          s.metadata.namespace === ms.metadata.namespace &&
+          (replicasOf(s) > 0 || (s.status?.replicas ?? 0) > 0),
+      );
+  }
+
   private async manageAutoPreservation(ms: MachineSet, machines: AnyMachine[]): Promise<AnyMachine[]> {
-    const plan = planAutoPreservation(ms, machines);
+    const rolling = (ms.spec?.autoPreserveFailedMachineMax ?? 0) > 0 && this.deploymentRolls(ms);
+    const plan = planAutoPreservation(ms, machines, { rolling });
     if (plan.preserve.length === 0 && plan.unpreserve.length === 0) return machines;
     const updated = new Map<string, AnyMachine>();
     const annotate = async (m: AnyMachine, value: string | null): Promise<void> => {

@@ -58,10 +58,15 @@ export interface PreservationPlan<M extends AnyMachine> {
  * Auto-preservation of failed machines for debugging, bounded by autoPreserveFailedMachineMax:
  * below the limit the newest Failed machines without a preserve request of their own are marked
  * auto-preserved; above it (the limit was lowered) the oldest auto-preserved ones are released.
+ * While the set's deployment is rolling (another of its sets still has machines) no machine is
+ * newly auto-preserved: a preserved Failed machine counts toward replicas, so in the new set it
+ * would hold the rollout until its preservation expired (gardener MCM #1137). Machines preserved
+ * already, and those a user asked to preserve, stay preserved.
  */
 export function planAutoPreservation<M extends AnyMachine>(
   ms: MachineSet | DeepReadonly<MachineSet>,
   machines: readonly M[],
+  opts: { rolling?: boolean } = {},
 ): PreservationPlan<M> {
   const max = ms.spec?.autoPreserveFailedMachineMax ?? 0;
   const created = (m: AnyMachine): number => Date.parse(m.metadata.creationTimestamp ?? '') || 0;
@@ -73,7 +78,7 @@ export function planAutoPreservation<M extends AnyMachine>(
     plan.unpreserve = [...auto].sort((a, b) => created(a) - created(b)).slice(0, auto.length - max);
     return plan;
   }
-  const room = max - auto.length;
+  const room = opts.rolling === true ? 0 : max - auto.length;
   if (room <= 0) return plan;
   const candidates = machines
     .filter((m) => isFailed(m) && !isTerminating(m))
