@@ -51,6 +51,12 @@ interface SerialState {
   detachedAt?: number;
 }
 
+/** What the one-at-a-time drain waits for, and when a timeout ends that waiting (ms from now). */
+interface SerialWait {
+  blocker: Blocker;
+  endsInMs?: number;
+}
+
 export interface RoundInput {
   /** Identifies the drain (the machine key) across rounds. */
   id: string;
@@ -153,25 +159,37 @@ export class Drainer {
     );
     for (const b of results) if (b !== undefined) blockers.push(b);
 
-    const serialBlocker = await this.serialStep(input, withVolumes, retriesExhausted);
-    if (serialBlocker !== undefined) blockers.push(serialBlocker);
+    const serialWait = await this.serialStep(input, withVolumes, retriesExhausted);
+    if (serialWait !== undefined) blockers.push(serialWait.blocker);
 
     const done = pods.length === 0 && !this.serial.has(input.id);
     if (done) return { done, blockers: [], requeueAfterMs: 0 };
     const byPdb = blockers.some((b) => b.reason === 'pdb');
-    return { done, blockers, requeueAfterMs: byPdb ? EVICTION_RETRY_MS : DRAIN_POLL_MS };
+    const poll = byPdb ? EVICTION_RETRY_MS : DRAIN_POLL_MS;
+    // A detach or reattach timeout that ends sooner than the next poll is looked at when it ends.
+    const timer = serialWait?.endsInMs;
+    return {
+      done,
+      blockers,
+      requeueAfterMs: timer === undefined ? poll : Math.max(1, Math.min(poll, timer)),
+    };
   }
 
   /**
    * Pods with volumes, one at a time: evict the current one, wait until it is gone and its volumes
    * have detached from this node (up to the detach timeout), then until they are attached
    * elsewhere (up to the reattach timeout; not an error when that never happens), then the next.
+   *
+   * A volume has detached when the node no longer reports it attached (status.volumesAttached)
+   * and no VolumeAttachment attaches its PersistentVolume to this node. The node's list alone is
+   * not enough: the attach/detach controller drops a volume from it when the detach starts, and
+   * deletes the VolumeAttachment only once the CSI driver has detached it (gardener #468).
    */
   private async serialStep(
     input: RoundInput,
     withVolumes: readonly CachedPod[],
     retriesExhausted: boolean,
-  ): Promise<Blocker | undefined> {
+  ): Promise<SerialWait | undefined> {
     let state = this.serial.get(input.id);
     if (state === undefined) {
       const next = withVolumes[0];
@@ -180,23 +198,37 @@ export class Drainer {
       this.serial.set(input.id, state);
     }
     const current = withVolumes.find((p) => podKey(p) === state.pod);
-    if (current !== undefined) return this.evictOrWait(current, retriesExhausted, input.signal);
+    if (current !== undefined) {
+      const blocker = await this.evictOrWait(current, retriesExhausted, input.signal);
+      return blocker === undefined ? undefined : { blocker };
+    }
 
     state.goneAt ??= input.now;
     const node = this.nodes.get(undefined, input.nodeName);
     const attached = (node?.status?.volumesAttached ?? []).map((v) => v.name);
-    const still = state.volumeIDs.filter((id) =>
+    const stillReported = state.volumeIDs.filter((id) =>
       attached.some((a) => a === id || a.endsWith(`^${id}`) || a.endsWith(`/${id}`)),
     );
-    if (
-      node !== undefined &&
-      still.length > 0 &&
-      input.now - state.goneAt < this.settings.pvDetachTimeoutMs
-    ) {
+    const stillAttachedPVs = state.pvNames.filter((pv) =>
+      this.caches.volumeAttachments
+        .byIndex(ATTACHMENT_PV_INDEX, pv)
+        .some((va) => va.spec?.nodeName === input.nodeName),
+    );
+    const detachLeft = this.settings.pvDetachTimeoutMs - (input.now - state.goneAt);
+    if (node !== undefined && (stillReported.length > 0 || stillAttachedPVs.length > 0) && detachLeft > 0) {
+      const named = [
+        ...stillReported,
+        ...(stillAttachedPVs.length === 0
+          ? []
+          : [`${stillAttachedPVs.join(', ')} (VolumeAttachment on the node)`]),
+      ];
       return {
-        pod: state.pod,
-        reason: 'volume-detach',
-        detail: `its volume(s) ${still.join(', ')} are still attached to node ${input.nodeName}`,
+        blocker: {
+          pod: state.pod,
+          reason: 'volume-detach',
+          detail: `its volume(s) ${named.join(', ')} are still attached to node ${input.nodeName}`,
+        },
+        endsInMs: detachLeft,
       };
     }
     state.detachedAt ??= input.now;
@@ -205,11 +237,15 @@ export class Drainer {
         .byIndex(ATTACHMENT_PV_INDEX, pv)
         .some((va) => va.spec?.nodeName !== input.nodeName && va.status?.attached === true),
     );
-    if (!reattached && input.now - state.detachedAt < this.settings.pvReattachTimeoutMs) {
+    const reattachLeft = this.settings.pvReattachTimeoutMs - (input.now - state.detachedAt);
+    if (!reattached && reattachLeft > 0) {
       return {
-        pod: state.pod,
-        reason: 'volume-reattach',
-        detail: `waiting for its volume(s) ${state.pvNames.join(', ')} to attach to another node`,
+        blocker: {
+          pod: state.pod,
+          reason: 'volume-reattach',
+          detail: `waiting for its volume(s) ${state.pvNames.join(', ')} to attach to another node`,
+        },
+        endsInMs: reattachLeft,
       };
     }
     this.serial.delete(input.id);

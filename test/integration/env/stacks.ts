@@ -44,11 +44,17 @@ export function requireGardenerBinaries(): void {
   gardenerCrdDir();
 }
 
+/** Settings a scenario gives both stacks alike (each in its own terms). */
+export interface StackSettings {
+  /** How long a drain waits for a pod's volume to attach to another node. */
+  pvReattachTimeoutMs?: number;
+}
+
 /**
  * Starts a stack on a fresh control plane (kube-apiserver and etcd only: the virtual cloud's VMs
  * are its Nodes, and nothing else writes them) with its controllers running.
  */
-export async function startStack(name: StackName, ours: Partial<ManagerConfig> = {}): Promise<Stack> {
+export async function startStack(name: StackName, settings: StackSettings = {}): Promise<Stack> {
   const env = await LifecycleEnv.start({ installCRDs: name === 'ours' });
   try {
     if (name === 'gardener') await applyCrdDirectory(env.cp, gardenerCrdDir());
@@ -62,7 +68,11 @@ export async function startStack(name: StackName, ours: Partial<ManagerConfig> =
     await env.stop();
     throw err;
   }
-  const stack = name === 'gardener' ? new GardenerStack(env) : new OurStack(env, ours);
+  const reattach = settings.pvReattachTimeoutMs;
+  const stack =
+    name === 'gardener'
+      ? new GardenerStack(env, reattach === undefined ? [] : [`--machine-pv-reattach-timeout=${reattach}ms`])
+      : new OurStack(env, reattach === undefined ? {} : { machinePvReattachTimeoutMs: reattach });
   try {
     await stack.startControllers();
   } catch (err) {
@@ -99,7 +109,10 @@ class GardenerStack implements Stack {
   readonly label = `gardener MCM ${readToolVersions().MCM_ANCHOR_VERSION}`;
   private procs: ManagedProcess[] = [];
 
-  constructor(readonly env: LifecycleEnv) {}
+  constructor(
+    readonly env: LifecycleEnv,
+    private readonly machineControllerArgs: string[],
+  ) {}
 
   async startControllers(): Promise<void> {
     this.procs.push(
@@ -107,7 +120,7 @@ class GardenerStack implements Stack {
         '--machine-safety-overshooting-period=5s',
       ]),
     );
-    this.procs.push(await startGardenerMachineController(this.env.cp, NS));
+    this.procs.push(await startGardenerMachineController(this.env.cp, NS, this.machineControllerArgs));
   }
 
   async stopControllers(): Promise<void> {

@@ -14,7 +14,7 @@ import { FakeClock } from '../../../lib/kube/clock.js';
 import { TooManyRequestsError } from '../../../lib/kube/errors.js';
 import { Informer } from '../../../lib/kube/informer.js';
 import { CoreResources } from '../../../lib/kube/resources.js';
-import type { Node, Pod, PodDisruptionBudget } from '../../../lib/kube/types.js';
+import type { Node, Pod, PodDisruptionBudget, VolumeAttachment } from '../../../lib/kube/types.js';
 import { CapturingLogger } from '../../../lib/observability/logger.js';
 import { ATTACHMENT_NODE_INDEX, ATTACHMENT_PV_INDEX, POD_NODE_INDEX } from '../../../lib/drain/caches.js';
 import { FakeKube } from '../../fakes/kube.js';
@@ -206,6 +206,7 @@ describe('Drainer rounds (in-memory API)', () => {
   const clock = new FakeClock(T0);
   let pods: Informer<Pod>;
   let pdbs: Informer<PodDisruptionBudget>;
+  let attachments: { size(): number };
 
   beforeEach(async () => {
     api = new FakeKube({ now: () => clock.now() });
@@ -215,8 +216,15 @@ describe('Drainer rounds (in-memory API)', () => {
     pods = new Informer<Pod>({ client: api, resource: CoreResources.pods, logger, transform: trimPod });
     pods.addIndexer(POD_NODE_INDEX, (p) => (p.spec?.nodeName === undefined ? [] : [p.spec.nodeName]));
     const vas = inf(CoreResources.volumeAttachments);
-    vas.addIndexer(ATTACHMENT_NODE_INDEX, () => []);
-    vas.addIndexer(ATTACHMENT_PV_INDEX, () => []);
+    vas.addIndexer(ATTACHMENT_NODE_INDEX, (v) => {
+      const n = (v as VolumeAttachment).spec?.nodeName;
+      return n === undefined ? [] : [n];
+    });
+    vas.addIndexer(ATTACHMENT_PV_INDEX, (v) => {
+      const pv = (v as VolumeAttachment).spec?.source?.persistentVolumeName;
+      return pv === undefined ? [] : [pv];
+    });
+    attachments = vas;
     pdbs = new Informer<PodDisruptionBudget>({
       client: api,
       resource: CoreResources.podDisruptionBudgets,
@@ -300,6 +308,50 @@ describe('Drainer rounds (in-memory API)', () => {
     const deletes = api.actions.filter((a) => a.verb === 'delete' && a.resource === 'pods');
     expect(deletes.map((a) => a.name).sort()).to.deep.equal(['web-1', 'web-2']);
     expect((deletes[0]?.body as { gracePeriodSeconds?: number }).gracePeriodSeconds).to.equal(0);
+  });
+
+  it('waits for a volume until its VolumeAttachment on the node is gone, though the node no longer reports it attached, then looks again when the reattach timeout ends', async () => {
+    api.seed(CoreResources.persistentVolumes, {
+      metadata: { name: 'pv-db' },
+      spec: { csi: { driver: 'csi.example', volumeHandle: 'vol-db' } },
+    } as never);
+    api.seed(CoreResources.persistentVolumeClaims, {
+      metadata: { name: 'data', namespace: 'ns' },
+      spec: { volumeName: 'pv-db' },
+    } as never);
+    // The attach/detach controller drops a volume from the node's list when it starts detaching;
+    // the CSI driver's VolumeAttachment stays until the volume has detached.
+    api.seed(CoreResources.volumeAttachments, {
+      metadata: { name: 'va-db' },
+      spec: { attacher: 'csi.example', nodeName: 'n1', source: { persistentVolumeName: 'pv-db' } },
+      status: { attached: true },
+    } as never);
+    api.seed(
+      CoreResources.pods,
+      pod('db-1', {}, { volumes: [{ name: 'd', persistentVolumeClaim: { claimName: 'data' } }] }),
+    );
+    await eventually(() => pods.size() === 3 && attachments.size() === 1, 'pods and attachment cached');
+    await drainer.round(input(T0));
+    await eventually(() => pods.size() === 0, 'pods gone from the cache');
+    const waiting = await drainer.round(input(T0 + 1000));
+    expect(waiting.done).to.be.false;
+    expect(waiting.blockers.map((b) => b.reason)).to.deep.equal(['volume-detach']);
+    expect(describeBlockers(waiting.blockers)).to.contain(
+      'pv-db (VolumeAttachment on the node) are still attached',
+    );
+    expect(waiting.requeueAfterMs).to.equal(5000);
+    await api.delete(CoreResources.volumeAttachments, 'va-db', {});
+    await eventually(() => attachments.size() === 0, 'attachment gone from the cache');
+    const reattach = await drainer.round(input(T0 + 2000));
+    expect(reattach.blockers.map((b) => b.reason)).to.deep.equal(['volume-reattach']);
+    expect(reattach.requeueAfterMs, 'the rest of the 1 s reattach timeout').to.equal(1000);
+    const later = await drainer.round(input(T0 + 2600));
+    expect(later.requeueAfterMs).to.equal(400);
+    expect(await drainer.round(input(T0 + 3000))).to.deep.equal({
+      done: true,
+      blockers: [],
+      requeueAfterMs: 0,
+    });
   });
 
   it('deletes every pod without grace when forced, without evicting', async () => {
