@@ -3,16 +3,10 @@ import { expect } from 'chai';
 import { Finalizer } from '../../lib/api/constants.js';
 import { MachineClassResource, MachineResource, type Machine } from '../../lib/api/types.js';
 import { CoreResources } from '../../lib/kube/resources.js';
-import type {
-  CoreEvent,
-  Node,
-  PersistentVolume,
-  PersistentVolumeClaim,
-  Pod,
-  PodDisruptionBudget,
-} from '../../lib/kube/types.js';
+import type { CoreEvent, Node, Pod, PodDisruptionBudget } from '../../lib/kube/types.js';
 import { LifecycleEnv, NS, phaseOf } from './env/lifecycle.js';
 import { unlessNotFound, until } from './env/until.js';
+import { createBoundCsiVolume } from './env/volumes.js';
 
 const PDBS = {
   group: 'policy',
@@ -189,28 +183,11 @@ describe('drain of a deleted machine’s node (real kube-apiserver, kube-control
     const m = await runningMachine(env, 'vol');
     const node = m.metadata.name ?? '';
     for (const v of ['a', 'b']) {
-      await env.client.create<PersistentVolume>(CoreResources.persistentVolumes, {
-        apiVersion: 'v1',
-        kind: 'PersistentVolume',
-        metadata: { name: `pv-${v}` },
-        spec: {
-          capacity: { storage: '1Gi' },
-          accessModes: ['ReadWriteOnce'],
-          csi: { driver: 'virtual.csi.mcm-ts.io', volumeHandle: `vol-${v}` },
-          claimRef: { namespace: NS, name: `data-${v}` },
-          storageClassName: '',
-        },
-      });
-      await env.client.create<PersistentVolumeClaim>(CoreResources.persistentVolumeClaims, {
-        apiVersion: 'v1',
-        kind: 'PersistentVolumeClaim',
-        metadata: { name: `data-${v}`, namespace: NS },
-        spec: {
-          volumeName: `pv-${v}`,
-          accessModes: ['ReadWriteOnce'],
-          resources: { requests: { storage: '1Gi' } },
-          storageClassName: '',
-        },
+      await createBoundCsiVolume(env, {
+        pv: `pv-${v}`,
+        claim: `data-${v}`,
+        driver: 'virtual.csi.mcm-ts.io',
+        handle: `vol-${v}`,
       });
       await env.client.create(CoreResources.pods, pod(`db-${v}`, node, { app: 'db' }, `data-${v}`));
     }

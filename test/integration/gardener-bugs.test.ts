@@ -36,13 +36,7 @@ import {
 } from '../../lib/api/types.js';
 import { rfc3339 } from '../../lib/controllers/conditions.js';
 import { CoreResources } from '../../lib/kube/resources.js';
-import type {
-  Node,
-  PersistentVolume,
-  PersistentVolumeClaim,
-  Pod,
-  VolumeAttachment,
-} from '../../lib/kube/types.js';
+import type { Node, Pod, VolumeAttachment } from '../../lib/kube/types.js';
 import { FleetWatch } from './env/fleetwatch.js';
 import { NS, phaseOf, type LifecycleEnv } from './env/lifecycle.js';
 import {
@@ -56,6 +50,7 @@ import {
 } from './env/stacks.js';
 import { applySampleClass } from '../harness/ec2cloud.js';
 import { unlessNotFound, until } from './env/until.js';
+import { createBoundCsiVolume } from './env/volumes.js';
 
 /** What one scenario showed on one stack. */
 interface Outcome {
@@ -403,29 +398,7 @@ async function manyVolumes(s: Stack): Promise<Outcome> {
   const podOf = (id: string): string => `db-${id}`;
   await Promise.all(
     ids.map(async (id) => {
-      await env.client.create<PersistentVolume>(CoreResources.persistentVolumes, {
-        apiVersion: 'v1',
-        kind: 'PersistentVolume',
-        metadata: { name: `pv-${id}` },
-        spec: {
-          capacity: { storage: '1Gi' },
-          accessModes: ['ReadWriteOnce'],
-          csi: { driver: CSI, volumeHandle: id },
-          claimRef: { namespace: NS, name: `data-${id}` },
-          storageClassName: '',
-        },
-      });
-      await env.client.create<PersistentVolumeClaim>(CoreResources.persistentVolumeClaims, {
-        apiVersion: 'v1',
-        kind: 'PersistentVolumeClaim',
-        metadata: { name: `data-${id}`, namespace: NS },
-        spec: {
-          volumeName: `pv-${id}`,
-          accessModes: ['ReadWriteOnce'],
-          resources: { requests: { storage: '1Gi' } },
-          storageClassName: '',
-        },
-      });
+      await createBoundCsiVolume(env, { pv: `pv-${id}`, claim: `data-${id}`, driver: CSI, handle: id });
       await env.client.create<VolumeAttachment>(CoreResources.volumeAttachments, {
         apiVersion: 'storage.k8s.io/v1',
         kind: 'VolumeAttachment',
@@ -507,14 +480,16 @@ async function manyVolumes(s: Stack): Promise<Outcome> {
         if (inFlight > 0) early++;
         maxInFlight = Math.max(maxInFlight, inFlight);
         evictedAt.set(id, now);
-        void (async () => {
-          await new Promise((r) => setTimeout(r, 100));
-          if (p !== undefined)
-            await unlessNotFound(
-              env.client.delete(CoreResources.pods, podOf(id), { namespace: NS, gracePeriodSeconds: 0 }),
-            );
-          detach(id);
-        })();
+        detaches.push(
+          (async () => {
+            await new Promise((r) => setTimeout(r, 100));
+            if (p !== undefined)
+              await unlessNotFound(
+                env.client.delete(CoreResources.pods, podOf(id), { namespace: NS, gracePeriodSeconds: 0 }),
+              );
+            detach(id);
+          })(),
+        );
       }
       await new Promise((r) => setTimeout(r, 100));
     }
@@ -535,7 +510,9 @@ async function manyVolumes(s: Stack): Promise<Outcome> {
   );
   playing.on = false;
   await kubelet;
-  await Promise.all(detaches);
+  // The kubelet's and the driver's work still under way (an array's iterator also visits what is
+  // added while it runs).
+  for (const work of detaches) await work;
   await nodeWrites.catch(() => undefined);
   const evicted = evictedAt.size;
   const figure = `${early} of ${N - 1} evictions after the first came while an evicted pod's volume was still attached (at most ${maxInFlight} at once)`;
