@@ -37,6 +37,8 @@
 #                  no root, no Go): the tests of the chart's alerts and dashboard
 #   autoscaler-floor the Go floor of `npm run bench autoscaler`: a minimal externalgrpc server
 #                  (grpc-go, test/bench/anchor/grpcfloor; not in all/test/dev)
+#   grpc-edge      the gRPC edge conformance suite's grpc-go clients and reference server
+#                  (test/grpc-edge; in test and all)
 #        hack/tools.sh --print-dir     print the cache directory and exit
 # Env:   MCM_TOOLS_DIR       cache directory (default: ${XDG_CACHE_HOME:-~/.cache}/mcm-ts/tools)
 #        MCM_CA_SOURCES_DIR  cluster-autoscaler source tarballs
@@ -494,27 +496,34 @@ build_mcm_anchor() {
   anchor_source_hash >"$out/source/$(anchor_source_hash)"
 }
 
-# --- autoscaler-floor: the cheapest externalgrpc server, the autoscaler benchmark's floor ----------
-# One binary from its own small module test/bench/anchor/grpcfloor (grpc-go and protowire only).
-# The component's version is the grpc-go version its go.mod requires; like mcm-anchor, a build is
-# tied to the module's sources (source/<hash>), so editing it rebuilds it.
+# --- small Go modules of this repository: autoscaler-floor and grpc-edge ----------------------------
+# Each is one binary from its own small module. The component's version is the grpc-go version its
+# go.mod requires; like mcm-anchor, a build is tied to the module's sources (source/<hash>), so
+# editing it rebuilds it (test/harness/tools.ts computes the same hash).
+#   autoscaler-floor  test/bench/anchor/grpcfloor (grpc-go and protowire): the cheapest externalgrpc
+#                     server, the autoscaler benchmark's floor
+#   grpc-edge         test/grpc-edge (grpc-go, x/net's HTTP/2 and protowire): the gRPC edge suite's
+#                     grpc-go clients and the stock grpc-go server they are compared against
 FLOOR_MODULE_DIR="$ROOT/test/bench/anchor/grpcfloor"
+EDGE_MODULE_DIR="$ROOT/test/grpc-edge"
 
-floor_source_hash() {
-  (cd "$FLOOR_MODULE_DIR" && cat go.mod go.sum ./*.go | sha256sum | cut -c1-16)
+go_module_source_hash() {
+  (cd "$1" && cat go.mod go.sum ./*.go | sha256sum | cut -c1-16)
 }
 
-floor_grpc_version() {
-  sed -n 's#^[[:space:]]*google.golang.org/grpc \(v[^ ]*\).*#\1#p' "$FLOOR_MODULE_DIR/go.mod" | head -n 1
+go_module_grpc_version() {
+  sed -n 's#^[[:space:]]*google.golang.org/grpc \(v[^ ]*\).*#\1#p' "$1/go.mod" | head -n 1
 }
 
-build_autoscaler_floor() {
-  local out=$1 logfile=$2
-  cd "$FLOOR_MODULE_DIR"
-  run_logged autoscaler-floor "$logfile" go mod download
-  run_logged autoscaler-floor "$logfile" go_locked go build -v -ldflags "-s -w" -o "$out/bin/autoscaler-floor" .
+# build_go_module OUT LOGFILE NAME MODULE_DIR (as build_component calls it): bin/NAME and
+# source/<hash> in OUT.
+build_go_module() {
+  local out=$1 logfile=$2 name=$3 dir=$4
+  cd "$dir"
+  run_logged "$name" "$logfile" go mod download
+  run_logged "$name" "$logfile" go_locked go build -v -ldflags "-s -w" -o "$out/bin/$name" .
   mkdir -p "$out/source"
-  floor_source_hash >"$out/source/$(floor_source_hash)"
+  go_module_source_hash "$dir" >"$out/source/$(go_module_source_hash "$dir")"
 }
 
 # --- moto: the EC2 emulator the AWS provider's tests run against ---------------------------------
@@ -657,10 +666,10 @@ for v in "${KUBE_COMPAT_VERSIONS[@]}"; do KUBE_COMPAT_COMPONENTS+=("kube-$v"); d
 components=()
 for arg in "${@:-all}"; do
   case "$arg" in
-    all) components+=(etcd kube kwok helm "${CA_COMPONENTS[@]}" mcm-anchor moto mcm-aws-anchor prometheus "${KUBE_COMPAT_COMPONENTS[@]}") ;;
-    test) components+=(etcd kube kwok helm "${CA_COMPONENTS[@]}" mcm-anchor moto mcm-aws-anchor prometheus) ;;
+    all) components+=(etcd kube kwok helm "${CA_COMPONENTS[@]}" mcm-anchor moto mcm-aws-anchor prometheus grpc-edge "${KUBE_COMPAT_COMPONENTS[@]}") ;;
+    test) components+=(etcd kube kwok helm "${CA_COMPONENTS[@]}" mcm-anchor moto mcm-aws-anchor prometheus grpc-edge) ;;
     dev) components+=(etcd kube kwok "$CA_NEWEST" moto) ;;
-    etcd | kube | kube-apiserver | kwok | helm | mcm-anchor | mcm-aws-anchor | autoscaler-floor | moto | prometheus) components+=("$arg") ;;
+    etcd | kube | kube-apiserver | kwok | helm | mcm-anchor | mcm-aws-anchor | autoscaler-floor | grpc-edge | moto | prometheus) components+=("$arg") ;;
     node) for v in "${NODE_VERSIONS[@]}"; do components+=("node-$v"); done ;;
     node-image) components+=("node-$NODE_IMAGE_VERSION") ;;
     kube-compat) components+=("${KUBE_COMPAT_COMPONENTS[@]}") ;;
@@ -677,7 +686,7 @@ for arg in "${@:-all}"; do
       if [[ -n "${CA_BY_MINOR[$arg]:-}" ]]; then
         components+=("$arg")
       else
-        echo "unknown component '$arg' (expected all, test, dev, etcd, kube, kube-apiserver, kube-compat, ${KUBE_COMPAT_COMPONENTS[*]}, kwok, helm, cluster-autoscaler, ${CA_COMPONENTS[*]}, mcm-anchor, mcm-aws-anchor, autoscaler-floor, moto, prometheus, node, node-image)" >&2
+        echo "unknown component '$arg' (expected all, test, dev, etcd, kube, kube-apiserver, kube-compat, ${KUBE_COMPAT_COMPONENTS[*]}, kwok, helm, cluster-autoscaler, ${CA_COMPONENTS[*]}, mcm-anchor, mcm-aws-anchor, autoscaler-floor, grpc-edge, moto, prometheus, node, node-image)" >&2
         exit 2
       fi
       ;;
@@ -750,8 +759,12 @@ for c in "${components[@]}"; do
       fi
       ;;
     autoscaler-floor)
-      build_component autoscaler-floor "grpc-$(floor_grpc_version)" autoscaler-floor \
-        "source/$(floor_source_hash)" -- build_autoscaler_floor
+      build_component autoscaler-floor "grpc-$(go_module_grpc_version "$FLOOR_MODULE_DIR")" autoscaler-floor \
+        "source/$(go_module_source_hash "$FLOOR_MODULE_DIR")" -- build_go_module autoscaler-floor "$FLOOR_MODULE_DIR"
+      ;;
+    grpc-edge)
+      build_component grpc-edge "grpc-$(go_module_grpc_version "$EDGE_MODULE_DIR")" grpc-edge \
+        "source/$(go_module_source_hash "$EDGE_MODULE_DIR")" -- build_go_module grpc-edge "$EDGE_MODULE_DIR"
       ;;
     mcm-anchor)
       build_component mcm-anchor "$MCM_ANCHOR_VERSION" machine-controller-manager machine-controller \

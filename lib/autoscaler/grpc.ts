@@ -41,6 +41,13 @@ const MAX_PING_STRIKES = 2;
 /** grpc-go: without streams (and not permitted), pings closer than 2 hours are strikes. */
 const PING_WITHOUT_STREAM_MS = 2 * 3_600_000;
 const ACCEPT_ENCODING = 'identity,deflate,gzip';
+/**
+ * What an open stream whose request is not complete costs the server besides the request's bytes
+ * (node's stream objects, nghttp2's stream state, this server's timers): 10,000 such streams took
+ * ~80 MiB. Counted against --grpc-max-pending-request-bytes, so that many small stalled requests
+ * are bounded as a few large ones are.
+ */
+export const OPEN_REQUEST_COST = 8 * 1024;
 /** How long a client still sending after its failure was answered has before its stream is reset. */
 const REFUSED_STREAM_LINGER_MS = 1000;
 
@@ -357,7 +364,7 @@ function respondFailure(
   // A client still sending (a refused, stalled or oversized request) is told to stop: RST_STREAM
   // NO_ERROR after the complete response, as HTTP/2 allows and grpc-go does, so the stream does
   // not hold a slot of its connection. Not in the same turn: a reset that reaches the client with
-  // the response (node 22's http2) makes it drop the response it has not delivered yet.
+  // the response (node 22's and 26's http2) makes it drop the response it has not delivered yet.
   if (!stream.readableEnded) {
     const timer = setTimeout(() => {
       if (!stream.closed && !stream.destroyed) stream.close(http2.constants.NGHTTP2_NO_ERROR);
@@ -388,6 +395,8 @@ interface Connection {
   session: http2.ServerHttp2Session;
   /** Streams open now. */
   active: number;
+  /** What its unfinished requests hold (counted against the cap, as in GrpcServer.pendingBytes). */
+  pending: number;
   /** When the last stream closed (epoch ms), for the idle limit. */
   idleSince: number;
   lastPingAt: number;
@@ -524,6 +533,7 @@ export class GrpcServer {
     const conn: Connection = {
       session,
       active: 0,
+      pending: 0,
       idleSince: Date.now(),
       lastPingAt: 0,
       pingStrikes: 0,
@@ -610,8 +620,25 @@ export class GrpcServer {
       });
     }
     const contentType = headers['content-type'];
+    // Not gRPC: an HTTP error with a gRPC status beside it, as grpc-go answers (the content type
+    // first, then the method).
     if (typeof contentType !== 'string' || !contentType.startsWith('application/grpc')) {
-      stream.respond({ ':status': 415 }, END_STREAM);
+      respondFailure(
+        stream,
+        {
+          code: status.INVALID_ARGUMENT,
+          details: 'not a gRPC request: the content-type is not application/grpc',
+        },
+        { ':status': 415 },
+      );
+      return;
+    }
+    if (headers[':method'] !== 'POST') {
+      respondFailure(
+        stream,
+        { code: status.INTERNAL, details: 'not a gRPC request: the method is not POST' },
+        { ':status': 405 },
+      );
       return;
     }
     const path = headers[':path'] ?? '';
@@ -642,7 +669,7 @@ export class GrpcServer {
       }
     }
     const encoding = headers['grpc-encoding'];
-    this.read(stream, method, typeof encoding === 'string' ? encoding : undefined, deadline);
+    this.read(stream, conn, method, typeof encoding === 'string' ? encoding : undefined, deadline);
   }
 
   /**
@@ -652,19 +679,26 @@ export class GrpcServer {
    */
   private read(
     stream: http2.ServerHttp2Stream,
+    conn: Connection | undefined,
     method: Method,
     encoding: string | undefined,
     deadline: number,
   ): void {
+    if (!this.hold(conn, OPEN_REQUEST_COST)) {
+      respondFailure(stream, this.exhausted());
+      return;
+    }
     let body: Buffer | undefined;
     let chunks: Buffer[] | undefined;
     let size = 0;
+    /** What this request counts against the cap: its open stream and the bytes read so far. */
+    let held = OPEN_REQUEST_COST;
     /** Set once the request is complete, or refused: no more bytes are read or held. */
     let over = false;
     let call: Call | undefined;
     const release = (): void => {
-      this.pendingBytes -= size;
-      size = 0;
+      this.unhold(conn, held);
+      held = size = 0;
       body = chunks = undefined;
     };
     const refuse = (failure: GrpcFailure): void => {
@@ -694,17 +728,18 @@ export class GrpcServer {
         });
         return;
       }
-      if (this.pendingBytes + chunk.length > this.limits.maxPendingRequestBytes) {
-        refuse({
-          code: status.RESOURCE_EXHAUSTED,
-          details: `the server holds ${this.limits.maxPendingRequestBytes} bytes of unfinished requests already (--grpc-max-pending-request-bytes)`,
-        });
+      if (!this.hold(conn, chunk.length)) {
+        refuse(this.exhausted());
         return;
       }
-      size += chunk.length;
-      this.pendingBytes += chunk.length;
-      if (body === undefined) body = chunk;
-      else (chunks ??= [body]).push(chunk);
+      // A copy: node hands a chunk as a view of the whole buffer its connection read (up to 64 KiB,
+      // shared with other streams' chunks); held as it is, a request that stalls would keep that
+      // buffer alive while counting only its own bytes against the cap.
+      const copy = Buffer.from(chunk);
+      held += copy.length;
+      size += copy.length;
+      if (body === undefined) body = copy;
+      else (chunks ??= [body]).push(copy);
     });
     stream.once('close', () => {
       if (call !== undefined) {
@@ -733,6 +768,35 @@ export class GrpcServer {
       );
       if (call === undefined) alarm.cancel();
     });
+  }
+
+  /**
+   * Counts bytes of an unfinished request against the cap; false when they do not fit. Beyond the
+   * cap, a connection within its share of it (the cap over the open connections) may still hold
+   * more: a client that floods the server over many connections cannot starve another's small
+   * calls, and all together hold at most twice the cap.
+   */
+  private hold(conn: Connection | undefined, bytes: number): boolean {
+    const cap = this.limits.maxPendingRequestBytes;
+    if (this.pendingBytes + bytes > cap) {
+      const share = cap / Math.max(1, this.connections.size);
+      if (conn === undefined || conn.pending + bytes > share) return false;
+    }
+    this.pendingBytes += bytes;
+    if (conn !== undefined) conn.pending += bytes;
+    return true;
+  }
+
+  private unhold(conn: Connection | undefined, bytes: number): void {
+    this.pendingBytes -= bytes;
+    if (conn !== undefined) conn.pending -= bytes;
+  }
+
+  private exhausted(): GrpcFailure {
+    return {
+      code: status.RESOURCE_EXHAUSTED,
+      details: `the server holds ${this.limits.maxPendingRequestBytes} bytes of unfinished requests already (--grpc-max-pending-request-bytes)`,
+    };
   }
 
   private dispatch(

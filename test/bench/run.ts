@@ -1,5 +1,6 @@
 import { benchAutoscaler } from './autoscaler.bench.js';
 import { benchAws } from './aws.bench.js';
+import { benchGrpcFlood } from './grpc-flood.bench.js';
 import { benchInformer } from './informer.bench.js';
 import { benchLifecycle } from './lifecycle.bench.js';
 import { benchMachineSet } from './machineset.bench.js';
@@ -16,6 +17,7 @@ const benches: Record<string, () => Promise<void>> = {
   soak: benchSoak,
   aws: benchAws,
   'sdk-memory': benchSdkMemory,
+  'grpc-flood': benchGrpcFlood,
 };
 
 // Run only when named (`npm run bench soak`): the soak takes 30 minutes (MCM_BENCH_SOAK_MINUTES);

@@ -322,22 +322,41 @@ export function mcmAwsAnchorDir(): string {
   return path.join(toolsDir(), `mcm-aws-anchor-${readToolVersions().MCM_AWS_ANCHOR_VERSION}`);
 }
 
-// --- the Go floor of the autoscaler benchmark ---------------------------------------------------------
+// --- small Go modules of this repository built by hack/tools.sh ------------------------------------
 
-const FLOOR_MODULE_DIR = path.join(repoRoot, 'test', 'bench', 'anchor', 'grpcfloor');
-
-/** Same hash as hack/tools.sh floor_source_hash: go.mod, go.sum and the .go files, in name order. */
-function floorSourceHash(): string {
+/** Same hash as hack/tools.sh's *_source_hash: go.mod, go.sum and the .go files, in name order. */
+function goModuleSourceHash(dir: string): string {
   const files = [
     'go.mod',
     'go.sum',
-    ...readdirSync(FLOOR_MODULE_DIR)
+    ...readdirSync(dir)
       .filter((f) => f.endsWith('.go'))
       .sort(),
   ];
   const h = createHash('sha256');
-  for (const f of files) h.update(readFileSync(path.join(FLOOR_MODULE_DIR, f)));
+  for (const f of files) h.update(readFileSync(path.join(dir, f)));
   return h.digest('hex').slice(0, 16);
+}
+
+/**
+ * A binary hack/tools.sh builds from a Go module of this repository (component `name`, versioned by
+ * the module's grpc-go, tied to its sources): its path, or why it cannot be used.
+ */
+function goModuleBinary(
+  name: string,
+  moduleDir: string,
+  build: string,
+): { path: string } | { missing: string } {
+  const gomod = readFileSync(path.join(moduleDir, 'go.mod'), 'utf8');
+  const grpc = /^\s*google\.golang\.org\/grpc (v\S+)/m.exec(gomod)?.[1] ?? 'unknown';
+  const dir = path.join(toolsDir(), `${name}-grpc-${grpc}`);
+  const bin = path.join(dir, 'bin', name);
+  const rel = path.relative(repoRoot, moduleDir);
+  if (!existsSync(bin)) return { missing: `${name} is not built (expected ${bin}); ${build}` };
+  if (!existsSync(path.join(dir, 'source', goModuleSourceHash(moduleDir)))) {
+    return { missing: `${name} at ${bin} is older than ${rel}; ${build}` };
+  }
+  return { path: bin };
 }
 
 /**
@@ -345,14 +364,21 @@ function floorSourceHash(): string {
  * hack/tools.sh autoscaler-floor`): its binary, or why it cannot be used (with the command to run).
  */
 export function autoscalerFloorBinary(): { path: string } | { missing: string } {
-  const gomod = readFileSync(path.join(FLOOR_MODULE_DIR, 'go.mod'), 'utf8');
-  const grpc = /^\s*google\.golang\.org\/grpc (v\S+)/m.exec(gomod)?.[1] ?? 'unknown';
-  const dir = path.join(toolsDir(), `autoscaler-floor-grpc-${grpc}`);
-  const bin = path.join(dir, 'bin', 'autoscaler-floor');
-  const build = 'run `bash hack/tools.sh autoscaler-floor` (about a minute) and run the benchmark again';
-  if (!existsSync(bin)) return { missing: `the Go floor is not built (expected ${bin}); ${build}` };
-  if (!existsSync(path.join(dir, 'source', floorSourceHash()))) {
-    return { missing: `the Go floor at ${bin} is older than test/bench/anchor/grpcfloor; ${build}` };
-  }
-  return { path: bin };
+  return goModuleBinary(
+    'autoscaler-floor',
+    path.join(repoRoot, 'test', 'bench', 'anchor', 'grpcfloor'),
+    'run `bash hack/tools.sh autoscaler-floor` (about a minute) and run the benchmark again',
+  );
+}
+
+/**
+ * The gRPC edge conformance suite's Go side (test/grpc-edge: grpc-go clients and the stock grpc-go
+ * server; `bash hack/tools.sh grpc-edge`, part of `npm run tools:test`).
+ */
+export function grpcEdgeBinary(): { path: string } | { missing: string } {
+  return goModuleBinary(
+    'grpc-edge',
+    path.join(repoRoot, 'test', 'grpc-edge'),
+    'run `bash hack/tools.sh grpc-edge` (or `npm run tools:test`)',
+  );
 }

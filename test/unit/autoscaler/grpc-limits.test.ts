@@ -9,7 +9,12 @@ import { gzipSync } from 'node:zlib';
 import { status } from '@grpc/grpc-js';
 import { expect } from 'chai';
 
-import { GrpcServer, type GrpcServerLimits, type UnaryCall } from '../../../lib/autoscaler/grpc.js';
+import {
+  GrpcServer,
+  OPEN_REQUEST_COST,
+  type GrpcServerLimits,
+  type UnaryCall,
+} from '../../../lib/autoscaler/grpc.js';
 import { cloudProviderService } from '../../../lib/autoscaler/proto.js';
 import { grpcFrame as frame } from '../../harness/grpcclient.js';
 
@@ -260,7 +265,8 @@ describe('autoscaler gRPC transport: limits against a misbehaving client', () =>
         Buffer.alloc(0),
     );
     const first = request(s, `${CLOUD}/NodeGroupForNode`, big.subarray(0, 70_000), { end: false });
-    await eventually('70,000 bytes held', () => server.pendingRequestBytes === 70_000);
+    // An unfinished request holds its bytes and its open stream's cost.
+    await eventually('70,000 bytes held', () => server.pendingRequestBytes === OPEN_REQUEST_COST + 70_000);
     const second = request(s, `${CLOUD}/Refresh`, frame(Buffer.alloc(40_000)));
     const refused = await second.answer;
     expect(refused.code).to.equal(status.RESOURCE_EXHAUSTED);
@@ -271,10 +277,62 @@ describe('autoscaler gRPC transport: limits against a misbehaving client', () =>
     expect(server.pendingRequestBytes).to.equal(0);
     // A client that goes away mid-request leaves nothing held either.
     const gone = request(s, `${CLOUD}/Refresh`, Buffer.alloc(50_000), { end: false });
-    await eventually('50,000 bytes held', () => server.pendingRequestBytes === 50_000);
+    await eventually('50,000 bytes held', () => server.pendingRequestBytes === OPEN_REQUEST_COST + 50_000);
     gone.stream.close(http2.constants.NGHTTP2_CANCEL);
     await gone.answer;
     await eventually('nothing held', () => server.pendingRequestBytes === 0);
+  });
+
+  it('counts open streams against the cap: stalled requests without a byte of body are refused past it', async () => {
+    await start({ maxPendingRequestBytes: 4 * OPEN_REQUEST_COST });
+    const s = await session();
+    const stalled = [1, 2, 3, 4].map(() => request(s, `${CLOUD}/Refresh`, Buffer.alloc(0), { end: false }));
+    await eventually('four open requests held', () => server.pendingRequestBytes === 4 * OPEN_REQUEST_COST);
+    const fifth = await request(s, `${CLOUD}/Refresh`, Buffer.alloc(0), { end: false }).answer;
+    expect(fifth.code).to.equal(status.RESOURCE_EXHAUSTED);
+    for (const r of stalled) r.stream.close(http2.constants.NGHTTP2_CANCEL);
+    await Promise.all(stalled.map((r) => r.answer));
+    await eventually('nothing held', () => server.pendingRequestBytes === 0);
+  });
+
+  it("past the cap, still takes a connection's requests within its share of it (the cap over the connections): one client cannot starve another's calls", async () => {
+    await start({ maxPendingRequestBytes: 200_000 });
+    const flooder = await session();
+    const other = await session();
+    // The flooder holds nearly the whole cap over its connection: 195,000 bytes in two requests,
+    // so that the open stream of any other request is past the cap.
+    const floods = [0, 1].map(() =>
+      request(flooder, `${CLOUD}/Refresh`, Buffer.alloc(97_500 - OPEN_REQUEST_COST), { end: false }),
+    );
+    await eventually('the flooder holds 195,000 bytes', () => server.pendingRequestBytes === 195_000);
+    // Its next request is over the cap and over its share (100,000 of 2 connections): refused.
+    const refused = await request(flooder, `${CLOUD}/Refresh`, Buffer.alloc(30_000), { end: false }).answer;
+    expect(refused.code).to.equal(status.RESOURCE_EXHAUSTED);
+    // The other connection's call, also past the cap, is within its share: answered.
+    const r = request(other, `${CLOUD}/NodeGroupForNode`, frame(Buffer.alloc(0)));
+    expect((await r.answer).code).to.equal(status.OK);
+    for (const f of floods) f.stream.close(http2.constants.NGHTTP2_CANCEL);
+    await Promise.all(floods.map((f) => f.answer));
+    await eventually('nothing held', () => server.pendingRequestBytes === 0);
+  });
+
+  it('answers what is not gRPC as grpc-go: another content type 415 with INVALID_ARGUMENT, another method 405 with INTERNAL', async () => {
+    await start();
+    const s = await session();
+    const json = await request(s, `${CLOUD}/Refresh`, Buffer.from('{}'), {
+      headers: { 'content-type': 'application/json' },
+    }).answer;
+    expect([json.headers[':status'], json.code]).to.deep.equal([415, status.INVALID_ARGUMENT]);
+    const stream = s.request({
+      ':method': 'GET',
+      ':path': `${CLOUD}/Refresh`,
+      'content-type': 'application/grpc',
+    });
+    const got = await new Promise<http2.IncomingHttpHeaders>((resolve) => {
+      stream.on('response', resolve);
+    });
+    stream.destroy();
+    expect([got[':status'], Number(got['grpc-status'])]).to.deep.equal([405, status.INTERNAL]);
   });
 
   it('counts the deadline from the headers: a stalled body is answered DEADLINE_EXCEEDED at its grpc-timeout', async () => {

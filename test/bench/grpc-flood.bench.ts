@@ -1,0 +1,113 @@
+// A client with a valid certificate floods the autoscaler's gRPC server: 10,000 streams over 100
+// connections, each sending a 4 MiB message it never ends (test/grpc-edge, case "flood"), while
+// another client makes a small call every 10 ms. Measured: the server's resident memory (sampled
+// every 50 ms) and the other client's latency. Ours is the real manager (`node dist/cmd/manager.js`
+// as the image starts it, mutual TLS, the default --grpc-max-pending-request-bytes of 64 MiB);
+// the stock grpc-go server has no such cap (a stream's message is read as it arrives), so it runs
+// the same flood at BENCH_FLOOD_GO_STREAMS streams only (default 250: 1 GiB would already be read),
+// ours too at that size for the comparison. The integration suite asserts the memory bound and that
+// every other call succeeds (test/integration/grpc-edge.test.ts); the latency is measured here.
+
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { cpus, loadavg, tmpdir } from 'node:os';
+import path from 'node:path';
+
+import { DEFAULT_GRPC_LIMITS } from '../../lib/autoscaler/grpc.js';
+import { startControlPlane } from '../harness/controlplane.js';
+import { flood, startGrpcGo, startOurs, writeEdgeCerts, type EdgeServer } from '../harness/grpcedge.js';
+import { repoRoot } from '../harness/tools.js';
+import { markdownTable, printTable } from './table.js';
+
+const MIB = 1024 * 1024;
+
+const load = (): string =>
+  loadavg()
+    .map((l) => l.toFixed(2))
+    .join(' / ');
+
+export async function benchGrpcFlood(): Promise<void> {
+  const runs = Number(process.env.BENCH_FLOOD_RUNS ?? 3);
+  const streams = Number(process.env.BENCH_FLOOD_STREAMS ?? 10_000);
+  const goStreams = Number(process.env.BENCH_FLOOD_GO_STREAMS ?? 250);
+  const dir = mkdtempSync(path.join(tmpdir(), 'mcm-grpc-flood-'));
+  const certs = writeEdgeCerts(dir);
+  const cp = await startControlPlane({ installCRDs: true });
+  const servers: EdgeServer[] = [];
+  const rows: (string | number)[][] = [];
+  const loadBefore = load();
+  try {
+    const ours = await startOurs(cp, dir, certs);
+    servers.push(ours);
+    const grpcGo = await startGrpcGo(dir, certs);
+    servers.push(grpcGo);
+    const plan: [EdgeServer, number][] = [];
+    for (let i = 0; i < runs; i++) plan.push([ours, streams]);
+    plan.push([ours, goStreams], [grpcGo, goStreams]);
+    for (const [server, n] of plan) {
+      const { result, rssBefore, rssPeak } = await flood(server, certs, [
+        `--streams=${n}`,
+        `--connections=${Math.max(1, Math.ceil(n / 100))}`,
+        '--stream-deadline=15s',
+      ]);
+      const f = result.figures as {
+        otherClientCalls?: Record<string, number>;
+        other_p50_ms?: number;
+        other_p99_ms?: number;
+        other_max_ms?: number;
+        streamCodes?: Record<string, number>;
+        seconds?: number;
+      };
+      const calls = Object.values(f.otherClientCalls ?? {}).reduce((a, b) => a + b, 0);
+      const failed = calls - (f.otherClientCalls?.OK ?? 0);
+      rows.push([
+        server.name,
+        n,
+        Math.round(rssBefore),
+        Math.round(rssPeak),
+        Math.round(rssPeak - rssBefore),
+        calls,
+        failed,
+        f.other_p50_ms ?? Number.NaN,
+        f.other_p99_ms ?? Number.NaN,
+        f.other_max_ms ?? Number.NaN,
+        Object.entries(f.streamCodes ?? {})
+          .map(([k, v]) => `${k} ${v}`)
+          .join(', '),
+      ]);
+    }
+  } finally {
+    for (const s of servers) await s.stop();
+    await cp.stop();
+    rmSync(dir, { recursive: true, force: true });
+  }
+  const header = [
+    'server',
+    'streams of 4 MiB',
+    'RSS before (MiB)',
+    'RSS peak (MiB)',
+    'growth (MiB)',
+    'other calls',
+    'failed',
+    'p50 (ms)',
+    'p99 (ms)',
+    'max (ms)',
+    'the flood streams ended',
+  ];
+  const title = `gRPC flood: streams of 4 MiB never ended, over connections of 100 streams, and another client's call every 10 ms (cap ${DEFAULT_GRPC_LIMITS.maxPendingRequestBytes / MIB} MiB; ${cpus().length} CPUs, load average ${loadBefore} before)`;
+  printTable(title, header, rows);
+  const out = path.join(repoRoot, 'test', 'bench', 'results');
+  mkdirSync(out, { recursive: true });
+  writeFileSync(
+    path.join(out, 'grpc-flood.md'),
+    [
+      '# gRPC flood: the autoscaler server against a client that opens streams and never ends them',
+      '',
+      `Written by \`npm run bench grpc-flood\` (test/bench/grpc-flood.bench.ts) on ${new Date().toISOString()}, node ${process.version}, ${cpus().length} CPUs, load average ${loadBefore} (1 / 5 / 15 min) before and ${load()} after.`,
+      '',
+      'The flooding client (test/grpc-edge, case "flood", grpc-go) and the other client run in one process on the same machine as the server. Ours: the manager command with its default limits (`--grpc-max-pending-request-bytes` 64 MiB, 100 streams per connection). grpc-go: the stock server of the conformance suite, which has no cap on what unfinished requests hold, at a size this machine survives.',
+      '',
+      markdownTable(header, rows),
+      '',
+    ].join('\n'),
+  );
+}
