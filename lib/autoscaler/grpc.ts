@@ -48,6 +48,13 @@ const ACCEPT_ENCODING = 'identity,deflate,gzip';
  * are bounded as a few large ones are.
  */
 export const OPEN_REQUEST_COST = 8 * 1024;
+/** A received chunk smaller than this is copied before it is held (see GrpcServer.read). */
+const SMALL_CHUNK_BYTES = 4096;
+/**
+ * Past --grpc-max-pending-request-bytes, what a connection may still hold: its share of the cap
+ * (the cap over the open connections), at most this much: enough for a few small calls.
+ */
+const MAX_SHARE_PAST_CAP = 64 * 1024;
 /** How long a client still sending after its failure was answered has before its stream is reset. */
 const REFUSED_STREAM_LINGER_MS = 1000;
 
@@ -732,10 +739,12 @@ export class GrpcServer {
         refuse(this.exhausted());
         return;
       }
-      // A copy: node hands a chunk as a view of the whole buffer its connection read (up to 64 KiB,
-      // shared with other streams' chunks); held as it is, a request that stalls would keep that
-      // buffer alive while counting only its own bytes against the cap.
-      const copy = Buffer.from(chunk);
+      // Node hands a chunk as a view of the whole buffer its connection read (up to 64 KiB, with
+      // other streams' frames). A small chunk is copied (into node's shared pool), so that many
+      // requests that stall after a few bytes cannot keep a read buffer each alive while counting
+      // only their own bytes; a large one is most of its buffer and kept as it is (copying it
+      // would only double the garbage a flood of large requests makes).
+      const copy = chunk.length < SMALL_CHUNK_BYTES ? Buffer.from(chunk) : chunk;
       held += copy.length;
       size += copy.length;
       if (body === undefined) body = copy;
@@ -771,15 +780,15 @@ export class GrpcServer {
   }
 
   /**
-   * Counts bytes of an unfinished request against the cap; false when they do not fit. Beyond the
-   * cap, a connection within its share of it (the cap over the open connections) may still hold
-   * more: a client that floods the server over many connections cannot starve another's small
-   * calls, and all together hold at most twice the cap.
+   * Counts bytes of an unfinished request against the cap; false when they do not fit. Past the
+   * cap, a connection within its share of it (the cap over the open connections, at most 64 KiB)
+   * may still hold more: a client that floods the server over many connections cannot starve
+   * another's small calls.
    */
   private hold(conn: Connection | undefined, bytes: number): boolean {
     const cap = this.limits.maxPendingRequestBytes;
     if (this.pendingBytes + bytes > cap) {
-      const share = cap / Math.max(1, this.connections.size);
+      const share = Math.min(MAX_SHARE_PAST_CAP, cap / Math.max(1, this.connections.size));
       if (conn === undefined || conn.pending + bytes > share) return false;
     }
     this.pendingBytes += bytes;

@@ -121,6 +121,29 @@ func invoke(ctx context.Context, conn *grpc.ClientConn, method string, req frame
 	return status.Code(err)
 }
 
+// then is the call after a case: on the same client, which reconnects if the server closed its
+// connection (a call under way then ends UNAVAILABLE, and is tried again, three times at most), so
+// that it tells whether the server still serves.
+func then(conn *grpc.ClientConn) codes.Code {
+	code := codes.Unavailable
+	for i := 0; i < 3 && code == codes.Unavailable; i++ {
+		code = call(conn, "Refresh", nil, 10*time.Second, grpc.WaitForReady(true))
+	}
+	return code
+}
+
+// stormAnswer is what a storm of calls that end early answers: the codes other than those
+// expected, whether some were refused or lost with their connection (RESOURCE_EXHAUSTED,
+// UNAVAILABLE), and the call after it.
+func stormAnswer(counts *codeCounts, early codes.Code, conn *grpc.ClientConn) map[string]any {
+	all := counts.all()
+	return map[string]any{
+		"unexpected":      counts.except(codes.OK, early, codes.ResourceExhausted, codes.Unavailable),
+		"refusedOrClosed": all[codes.ResourceExhausted.String()]+all[codes.Unavailable.String()] > 0,
+		"then":            then(conn).String(),
+	}
+}
+
 // call is one call with a timeout of its own.
 func call(conn *grpc.ClientConn, method string, req frame, timeout time.Duration, opts ...grpc.CallOption) codes.Code {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -294,8 +317,7 @@ func requestOver4MiB(e *env) (map[string]any, map[string]any, error) {
 	}
 	defer conn.Close()
 	code := call(conn, "NodeGroupForNode", nodeRequest(strings.Repeat("x", 5<<20)), 10*time.Second)
-	then := call(conn, "Refresh", nil, 10*time.Second)
-	return map[string]any{"code": code.String(), "then": then.String()}, map[string]any{}, nil
+	return map[string]any{"code": code.String(), "then": then(conn).String()}, map[string]any{}, nil
 }
 
 // tinyDeadlines: calls with a 1 ms deadline end OK or DEADLINE_EXCEEDED, and the connection serves.
@@ -309,9 +331,7 @@ func tinyDeadlines(e *env) (map[string]any, map[string]any, error) {
 	parallel(1000, 16, func(int) {
 		counts.add(call(conn, "NodeGroups", nil, time.Millisecond))
 	})
-	then := call(conn, "Refresh", nil, 10*time.Second)
-	return map[string]any{"unexpected": counts.except(codes.OK, codes.DeadlineExceeded), "then": then.String()},
-		map[string]any{"codes": counts.all()}, nil
+	return stormAnswer(&counts, codes.DeadlineExceeded, conn), map[string]any{"codes": counts.all()}, nil
 }
 
 // cancellationStorm: calls cancelled by the client at random moments; the connection serves on.
@@ -329,9 +349,7 @@ func cancellationStorm(e *env) (map[string]any, map[string]any, error) {
 		t.Stop()
 		cancel()
 	})
-	then := call(conn, "Refresh", nil, 10*time.Second)
-	return map[string]any{"unexpected": counts.except(codes.OK, codes.Canceled), "then": then.String()},
-		map[string]any{"codes": counts.all()}, nil
+	return stormAnswer(&counts, codes.Canceled, conn), map[string]any{"codes": counts.all()}, nil
 }
 
 // unknownMethod: an unknown method of the service, and an unknown service.
@@ -759,11 +777,8 @@ func streamsPastTheLimit(e *env) (map[string]any, map[string]any, error) {
 			return true
 		})
 	}
-	answer := map[string]any{"refused": refused, "connection": connection}
-	if goaway != "" {
-		answer["goaway"] = goaway
-	}
-	return answer, map[string]any{"advertised": advertised}, nil
+	return map[string]any{"refused": refused, "connection": connection},
+		map[string]any{"advertised": advertised, "goaway": goaway}, nil
 }
 
 // pingFlood: PING frames every 5 ms on a connection without streams.
