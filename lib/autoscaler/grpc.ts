@@ -1,10 +1,10 @@
 // The gRPC transport of the externalgrpc server: unary and server-streaming calls over node:http2,
-// as the gRPC over HTTP/2 protocol has them, without @grpc/grpc-js's server. The autoscaler calls
-// ~17,000 times per loop at 5,000 nodes, one call after the other, and grpc-js's per-call
-// machinery (interceptor chain, metadata objects, a deadline timer and a metrics recorder for
-// every call, several ticks between the request and the answer) doubled what each call cost.
-// Here a call is read when its stream ends and answered in the same turn: headers, one message,
-// trailers. One timer per call runs from its headers to its answer: its deadline, or the read
+// as the gRPC over HTTP/2 protocol has them, without @grpc/grpc-js's server: grpc-js's server has
+// no hook for the limits below (the bytes of unfinished requests, a read timeout, keepalive
+// enforcement, the allowlist before the body), and its per-call machinery (interceptor chain,
+// metadata objects, several ticks between the request and the answer) made the autoscaler's loop
+// of ~17,000 calls 1.09x as long (docs/performance.md, "Transport choice"). Here a call is read
+// when its stream ends and answered in the same turn: headers, one message, trailers. One timer per call runs from its headers to its answer: its deadline, or the read
 // timeout until its request is complete.
 //
 // What the server does for its clients, as grpc-js did: requests compressed with gzip or deflate
@@ -25,6 +25,8 @@ import { TLSSocket, type PeerCertificate, type SecureContextOptions } from 'node
 import { gunzipSync, inflateSync } from 'node:zlib';
 
 import { status, type ServiceDefinition } from '@grpc/grpc-js';
+
+import type { GrpcTransport } from './transport.js';
 
 /** A call's outcome other than OK. */
 export interface GrpcFailure {
@@ -415,7 +417,7 @@ interface Connection {
 }
 
 /** A gRPC server for the methods of proto-loader service definitions. */
-export class GrpcServer {
+export class GrpcServer implements GrpcTransport {
   private readonly methods = new Map<string, Method>();
   private readonly connections = new Map<http2.ServerHttp2Session, Connection>();
   private readonly limits: GrpcServerLimits;

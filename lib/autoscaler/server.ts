@@ -71,6 +71,7 @@ import {
 import { planDecrease, planDeleteNodes, planIncrease, type DeletePlan } from './scaling.js';
 import { buildTemplateNode } from './template.js';
 import { ReloadingServerTls, describeTlsMaterial, secureContextOptions } from './tls.js';
+import type { GrpcTransport, GrpcTransportFactory } from './transport.js';
 import { rfc3339 } from '../controllers/conditions.js';
 import { machinesGoing } from '../controllers/machinedeployment/marks.js';
 
@@ -104,6 +105,8 @@ export interface AutoscalerServerOptions {
   recorder?: EventRecorder | undefined;
   /** The transport's limits (the --grpc-* limit flags); unset fields take DEFAULT_GRPC_LIMITS. */
   limits?: Partial<GrpcServerLimits> | undefined;
+  /** The gRPC transport (default: our own, GrpcServer); the benchmark compares others. */
+  transport?: GrpcTransportFactory | undefined;
 }
 
 interface WireNode {
@@ -160,9 +163,10 @@ function notAutoscaled(): Buffer {
 }
 
 export class AutoscalerServer {
-  // Our own gRPC transport (grpc.ts): at the autoscaler's ~17,000 calls per loop, grpc-js's
-  // per-call machinery cost as much as everything else the server does for a call.
-  private readonly server: GrpcServer;
+  // Our own gRPC transport (grpc.ts): it carries the limits against a misbehaving client that
+  // grpc-js's server has no hook for (docs/performance.md, "Transport choice"), and a loop of the
+  // autoscaler's ~17,000 calls took 1.09x as long on grpc-js.
+  private readonly server: GrpcTransport;
   private readonly lookup: GroupLookup;
   private readonly metrics: AutoscalerMetrics;
   private readonly log: Logger;
@@ -188,7 +192,7 @@ export class AutoscalerServer {
     this.metrics = autoscalerMetrics(opts.registry);
     this.allowedClients = new Set(opts.tls?.allowedClientNames ?? []);
     this.refusals = new RefusalLog(opts.clock, this.log);
-    this.server = new GrpcServer(
+    this.server = (opts.transport ?? ((limits, authorize) => new GrpcServer(limits, authorize)))(
       opts.limits,
       this.allowedClients.size === 0 ? undefined : (path, peer) => this.authorize(path, peer),
     );

@@ -39,6 +39,7 @@ import { OptionAnnotation, hasOverrides, parseOptionAnnotations } from '../../li
 import { PRICE_ANNOTATION } from '../../lib/autoscaler/pricing.js';
 import { encodeResponse } from '../../lib/autoscaler/proto.js';
 import { AutoscalerServer } from '../../lib/autoscaler/server.js';
+import type { GrpcTransportFactory } from '../../lib/autoscaler/transport.js';
 import { SharedInformers } from '../../lib/controllers/context.js';
 import { KubeClient } from '../../lib/kube/client.js';
 import { RealClock } from '../../lib/kube/clock.js';
@@ -60,6 +61,8 @@ import {
 import { byComponent, byFunction, startCpuProfile } from './cpuprofile.js';
 import type { FloorAnswers } from './grpcfloor-node.js';
 import { markdownTable, printTable } from './table.js';
+import { ConnectTransport } from './transports/connect.js';
+import { GrpcJsTransport } from './transports/grpc-js.js';
 import type { Registry } from 'prom-client';
 
 const NS = 'default';
@@ -510,7 +513,11 @@ async function recordAnswers(
 }
 
 /** Fails the benchmark unless the floor answers the probes as our server does. */
-async function expectSameAnswers(floor: FloorServer, ours: string, probes: Probe[]): Promise<void> {
+async function expectSameAnswers(
+  floor: Pick<FloorServer, 'name' | 'address'>,
+  ours: string,
+  probes: Probe[],
+): Promise<void> {
   const outcome = (c: CloudProviderClient, p: Probe): Promise<string> =>
     c.call(p.method, p.req).then(
       (r) => JSON.stringify(r),
@@ -666,14 +673,54 @@ async function createPendingPods(client: KubeClient, count: number): Promise<voi
   );
 }
 
+/** A transport our server can run on (BENCH_CA_TRANSPORTS), its table label and its factory. */
+const TRANSPORTS: Record<
+  string,
+  { label: string; short: string; factory: GrpcTransportFactory | undefined }
+> = {
+  ours: { label: 'ours (node:http2, informers)', short: 'ours', factory: undefined },
+  'grpc-js': {
+    label: 'ours on grpc-js (Server, tuned)',
+    short: 'on grpc-js',
+    factory: (limits, authorize) => new GrpcJsTransport(limits, authorize),
+  },
+  connect: {
+    label: 'ours on connect-node (gRPC over node:http2)',
+    short: 'on connect',
+    factory: (limits, authorize) => new ConnectTransport(limits, authorize),
+  },
+};
+
+/** The transports asked for (BENCH_CA_TRANSPORTS, a comma list; default ours). */
+function transportsAsked(): string[] {
+  const names = (process.env.BENCH_CA_TRANSPORTS ?? 'ours')
+    .split(',')
+    .map((s) => s.trim())
+    .filter((s) => s !== '');
+  for (const n of names) {
+    if (TRANSPORTS[n] === undefined) {
+      throw new Error(
+        `BENCH_CA_TRANSPORTS: unknown transport ${n} (known: ${Object.keys(TRANSPORTS).join(', ')})`,
+      );
+    }
+  }
+  return names.length === 0 ? ['ours'] : [...new Set(names)];
+}
+
+/** Our server on one transport: where it listens and the registry its calls are counted in. */
+interface OurServer {
+  transport: string;
+  port: number;
+  registry: Registry;
+}
+
 /**
- * The autoscaler's loop against our server and against the Go floor, one after the other on the
- * same control plane and the same nodes, and the ratio.
+ * The autoscaler's loop against our server (on each transport asked for) and against the floors,
+ * one after the other on the same control plane and the same nodes, and the ratios.
  */
 async function compareLoops(opts: {
   cp: ControlPlane;
-  registry: Registry;
-  port: number;
+  servers: OurServer[];
   version: string;
   groups: number;
   perGroup: number;
@@ -681,19 +728,21 @@ async function compareLoops(opts: {
   answers: FloorAnswers;
   probes: Probe[];
 }): Promise<void> {
-  const { cp, registry, version, groups, perGroup } = opts;
+  const { cp, servers, version, groups, perGroup } = opts;
+  const first = servers[0];
+  if (first === undefined) throw new Error('no server to measure');
   const answersFile = path.join(cp.logDir, 'autoscaler-floor-answers.json');
   writeFileSync(answersFile, JSON.stringify(opts.answers));
   const total = groups * perGroup;
   const loops = Number(process.env.BENCH_CA_LOOPS ?? 3);
   const profileDir = process.env.MCM_BENCH_CPU_PROFILE;
-  // Rounds alternate the two servers, so that a change of the machine's load (other work runs
-  // beside the benchmark) falls on both rather than on one.
+  // Rounds alternate the servers, so that a change of the machine's load (other work runs
+  // beside the benchmark) falls on all rather than on one.
   const rounds = Number(process.env.BENCH_CA_ROUNDS ?? 2);
   const floorBin = autoscalerFloorBinary();
   if ('missing' in floorBin) console.log(`\nthe Go floor is left out: ${floorBin.missing}`);
   const floors: FloorServer[] = [];
-  const oursRounds: (LoopWindow & { profile: Section[] })[] = [];
+  const oursRounds = new Map<string, (LoopWindow & { profile: Section[] })[]>();
   const floorRounds = new Map<string, LoopWindow[]>();
   try {
     if (!('missing' in floorBin)) {
@@ -721,27 +770,36 @@ async function compareLoops(opts: {
         answersFile,
       ),
     );
-    for (const f of floors) await expectSameAnswers(f, `127.0.0.1:${opts.port}`, opts.probes);
+    const firstAddress = `127.0.0.1:${first.port}`;
+    for (const f of floors) await expectSameAnswers(f, firstAddress, opts.probes);
+    for (const s of servers.slice(1)) {
+      await expectSameAnswers(
+        { name: `our server on ${s.transport}`, address: `127.0.0.1:${s.port}` },
+        firstAddress,
+        opts.probes,
+      );
+    }
     for (let r = 0; r < rounds; r++) {
-      oursRounds.push(
-        await measureLoops({
+      for (const s of servers) {
+        const w = await measureLoops({
           cp,
           version,
-          address: `127.0.0.1:${opts.port}`,
+          address: `127.0.0.1:${s.port}`,
           loops,
           profile:
-            profileDir === undefined || r > 0
+            profileDir === undefined || r > 0 || s !== first
               ? undefined
               : path.join(profileDir, 'autoscaler-ours.cpuprofile'),
           sample: async () => {
-            const served = await servedCalls(registry);
+            const served = await servedCalls(s.registry);
             return {
               calls: new Map([...served].map(([method, e]) => [method, e.count])),
               cpuMs: cpuMs(process.cpuUsage()),
             };
           },
-        }),
-      );
+        });
+        oursRounds.set(s.transport, [...(oursRounds.get(s.transport) ?? []), w]);
+      }
       for (const f of floors) {
         const w = await measureLoops({ cp, version, address: f.address, loops, sample: f.sample });
         floorRounds.set(f.name, [...(floorRounds.get(f.name) ?? []), w]);
@@ -750,7 +808,14 @@ async function compareLoops(opts: {
   } finally {
     await Promise.all(floors.map((f) => f.stop()));
   }
-  const ours = { ...merged(oursRounds), profile: oursRounds.flatMap((w) => w.profile) };
+  const transports = servers.map((s) => s.transport);
+  const label = (t: string): string => TRANSPORTS[t]?.label ?? t;
+  const short = (t: string): string => TRANSPORTS[t]?.short ?? t;
+  const oursOf = (t: string): LoopWindow & { profile: Section[] } => {
+    const ws = oursRounds.get(t) ?? [];
+    return { ...merged(ws), profile: ws.flatMap((w) => w.profile) };
+  };
+  const ours = oursOf(first.transport);
   const floorOf = (name: string): LoopWindow | undefined => {
     const ws = floorRounds.get(name);
     return ws === undefined ? undefined : merged(ws);
@@ -770,11 +835,16 @@ async function compareLoops(opts: {
   };
   const loopRatio = (a: LoopWindow, b: LoopWindow | undefined): string =>
     b === undefined || b.meanLoopMs === 0 ? '–' : (a.meanLoopMs / b.meanLoopMs).toFixed(2);
-  const rows = [row('ours (node:http2, informers)', ours)];
+  const rows = transports.map((t) => row(label(t), oursOf(t)));
   if (goFloor !== undefined) rows.push(row(GO_FLOOR, goFloor));
   if (nodeFloor !== undefined) rows.push(row(NODE_FLOOR, nodeFloor));
-  if (goFloor !== undefined) rows.push(['ours / Go floor', '', loopRatio(ours, goFloor), '', '', '']);
-  if (nodeFloor !== undefined) rows.push(['ours / Node floor', '', loopRatio(ours, nodeFloor), '', '', '']);
+  const ratioName = (t: string): string => (t === 'ours' ? 'ours' : `ours ${short(t)}`);
+  for (const t of transports) {
+    if (goFloor !== undefined)
+      rows.push([`${ratioName(t)} / Go floor`, '', loopRatio(oursOf(t), goFloor), '', '', '']);
+    if (nodeFloor !== undefined)
+      rows.push([`${ratioName(t)} / Node floor`, '', loopRatio(oursOf(t), nodeFloor), '', '', '']);
+  }
   if (goFloor !== undefined && nodeFloor !== undefined)
     rows.push(['Node floor / Go floor', '', loopRatio(nodeFloor, goFloor), '', '', '']);
   const [load1, load5, load15] = loadavg().map((l) => l.toFixed(2));
@@ -784,6 +854,38 @@ async function compareLoops(opts: {
   const perLoop = (w: LoopWindow | undefined, m: string): number | string =>
     w === undefined || w.loops === 0 ? '–' : (w.calls.get(m) ?? 0) / w.loops;
   const shortName = (name: string): string => (name === GO_FLOOR ? 'Go floor' : 'Node floor');
+  const libraries = transports.filter((t) => t !== 'ours');
+  const comparesTransports = transports.length > 1;
+  const byRound: Section = {
+    title: comparesTransports
+      ? `by round (our server on each transport, then each floor, ${loops} loops each): main loop (s), ratios per round`
+      : `by round (our server, then each floor, ${loops} loops each): main loop (s)`,
+    header: [
+      'round',
+      ...transports.map(ratioName),
+      ...floors.map((f) => shortName(f.name)),
+      ...transports.flatMap((t) => floors.map((f) => `${ratioName(t)} / ${shortName(f.name)}`)),
+      ...(transports.includes('ours') ? libraries.map((t) => `${ratioName(t)} / ours`) : []),
+    ],
+    rows: Array.from({ length: rounds }, (_, i) => {
+      const os = transports.map((t) => oursRounds.get(t)?.[i]);
+      const fl = floors.map((f) => floorRounds.get(f.name)?.[i]);
+      const oursW = oursRounds.get('ours')?.[i];
+      const ratio = (a: LoopWindow | undefined, b: LoopWindow | undefined): string =>
+        a === undefined ? '–' : loopRatio(a, b);
+      return [
+        i + 1,
+        ...os.map((w) => (w === undefined ? '–' : w.meanLoopMs / 1000)),
+        ...fl.map((w) => (w === undefined ? '–' : w.meanLoopMs / 1000)),
+        ...os.flatMap((o) => fl.map((w) => ratio(o, w))),
+        ...(transports.includes('ours') ? libraries.map((t) => ratio(oursRounds.get(t)?.[i], oursW)) : []),
+      ];
+    }),
+  };
+  const servedBy: { name: string; w: LoopWindow | undefined }[] = transports.map((t) => ({
+    name: ratioName(t),
+    w: oursOf(t),
+  }));
   const sections: Section[] = [
     {
       title:
@@ -793,38 +895,25 @@ async function compareLoops(opts: {
       header: ['server', 'loops', 'main loop (s)', 'calls/loop', 'server CPU s/loop', 'server CPU ms/call'],
       rows,
     },
-    {
-      title: `by round (our server, then each floor, ${loops} loops each): main loop (s)`,
-      header: [
-        'round',
-        'ours',
-        ...floors.map((f) => shortName(f.name)),
-        ...floors.map((f) => `ours / ${shortName(f.name)}`),
-      ],
-      rows: oursRounds.map((o, i) => {
-        const fl = floors.map((f) => floorRounds.get(f.name)?.[i]);
-        return [
-          i + 1,
-          o.meanLoopMs / 1000,
-          ...fl.map((w) => (w === undefined ? '–' : w.meanLoopMs / 1000)),
-          ...fl.map((w) => (w === undefined ? '–' : loopRatio(o, w))),
-        ];
-      }),
-    },
+    byRound,
     {
       title: 'calls per loop by method (the autoscaler asks the same of each)',
-      header: ['method', 'ours', ...floors.map((f) => shortName(f.name))],
-      rows: methods.map((m) => [m, perLoop(ours, m), ...floors.map((f) => perLoop(floorOf(f.name), m))]),
+      header: ['method', ...servedBy.map((s) => s.name), ...floors.map((f) => shortName(f.name))],
+      rows: methods.map((m) => [
+        m,
+        ...servedBy.map((s) => perLoop(s.w, m)),
+        ...floors.map((f) => perLoop(floorOf(f.name), m)),
+      ]),
     },
     {
       title:
         `scale-ups considered per loop, from the autoscaler's log (${opts.pendingPods} pending pods; ` +
         'every loop should choose a best option and have its scale-up refused, with no pricing failures)',
-      header: ['log line', 'ours', ...floors.map((f) => shortName(f.name))],
+      header: ['log line', ...servedBy.map((s) => s.name), ...floors.map((f) => shortName(f.name))],
       rows: Object.keys(ScaleUpLog).map((k) => {
         const per = (w: LoopWindow | undefined): number | string =>
           w === undefined || w.loops === 0 ? '–' : (w.scaleUps.get(k) ?? 0) / w.loops;
-        return [k, per(ours), ...floors.map((f) => per(floorOf(f.name)))];
+        return [k, ...servedBy.map((s) => per(s.w)), ...floors.map((f) => per(floorOf(f.name)))];
       }),
     },
     ...ours.profile,
@@ -835,14 +924,27 @@ async function compareLoops(opts: {
     'test',
     'bench',
     'results',
-    profileDir === undefined ? 'autoscaler.md' : 'autoscaler-profile.md',
+    profileDir !== undefined
+      ? 'autoscaler-profile.md'
+      : comparesTransports || first.transport !== 'ours'
+        ? 'autoscaler-transports.md'
+        : 'autoscaler.md',
   );
+  const transportNote = comparesTransports
+    ? ` Our server runs once per transport (BENCH_CA_TRANSPORTS=${transports.join(',')}), the same handlers, caches and answers on each: ` +
+      transports.map(label).join('; ') +
+      ' (test/bench/transports/: the library adapters, tuned as docs/performance.md "Transport choice" says); ' +
+      'every round runs each of them, then each floor. All our servers live in the benchmark process: server CPU of ours is that ' +
+      'whole process while the one measured serves (the idle ones cost nothing measurable).'
+    : '';
   const md = [
-    profileDir === undefined
-      ? '# cluster-autoscaler loop: our server against the Go and Node floors'
-      : '# CPU profile of our externalgrpc server under the cluster-autoscaler',
+    profileDir !== undefined
+      ? '# CPU profile of our externalgrpc server under the cluster-autoscaler'
+      : comparesTransports
+        ? '# cluster-autoscaler loop: our server on each gRPC transport against the Go and Node floors'
+        : '# cluster-autoscaler loop: our server against the Go and Node floors',
     '',
-    `Written by \`${profileDir === undefined ? '' : 'MCM_BENCH_CPU_PROFILE=DIR '}npm run bench autoscaler\` (test/bench/autoscaler.bench.ts) on ${new Date().toISOString()}, ` +
+    `Written by \`${profileDir === undefined ? '' : 'MCM_BENCH_CPU_PROFILE=DIR '}${comparesTransports ? `BENCH_CA_TRANSPORTS=${transports.join(',')} ` : ''}npm run bench autoscaler\` (test/bench/autoscaler.bench.ts) on ${new Date().toISOString()}, ` +
       `node ${process.version}, ${cpus().length} CPUs, load average ${load1} / ${load5} / ${load15} (1 / 5 / 15 min) at the end.`,
     '',
     `${total} Machines and Nodes in ${groups} MachineDeployments written into a real kube-apiserver; cluster-autoscaler ${version} ` +
@@ -859,6 +961,7 @@ async function compareLoops(opts: {
       'Main loop: the autoscaler\'s own `cluster_autoscaler_function_duration_seconds{function="main"}`, mean over the loops after ' +
       "each start's first. Server CPU: our whole process (process.cpuUsage) and each floor's (getrusage; process.cpuUsage), over the same loops; per call: " +
       'divided by the calls the server counted.' +
+      transportNote +
       (profileDir === undefined
         ? ''
         : ' This run had the V8 CPU profiler on in our process, which slows it: read the loop times of `autoscaler.md`.'),
@@ -877,7 +980,7 @@ export async function benchAutoscaler(): Promise<void> {
   const perGroup = Math.ceil(nodes / groups);
   const cp = await startControlPlane({ installCRDs: true });
   const client = new KubeClient({ kubeConfig: cp.kubeConfig, qps: 2000, burst: 2000, userAgent: 'bench' });
-  let server: AutoscalerServer | undefined;
+  const servers: { transport: string; server: AutoscalerServer; registry: Registry }[] = [];
   let informers: SharedInformers | undefined;
   try {
     const t0 = Date.now();
@@ -1019,23 +1122,35 @@ export async function benchAutoscaler(): Promise<void> {
 
     const registry = newRegistry();
     informers = new SharedInformers({ client, target: client, namespace: NS, logger: nullLogger, registry });
-    server = new AutoscalerServer({
-      address: '127.0.0.1:0',
-      tls: undefined,
-      groups: [],
-      gpuLabel: '',
-      gpuTypes: [],
-      namespace: NS,
-      client,
-      informers,
-      clock: new RealClock(),
-      logger: nullLogger,
-      registry,
-      unhealthy: () => undefined,
-    });
+    // Our server once per transport asked for (BENCH_CA_TRANSPORTS), on the same informers; each
+    // counts its calls in a registry of its own (the first in the informers' one).
+    for (const [i, transport] of transportsAsked().entries()) {
+      const own = i === 0 ? registry : newRegistry();
+      servers.push({
+        transport,
+        registry: own,
+        server: new AutoscalerServer({
+          address: '127.0.0.1:0',
+          tls: undefined,
+          groups: [],
+          gpuLabel: '',
+          gpuTypes: [],
+          namespace: NS,
+          client,
+          informers,
+          clock: new RealClock(),
+          logger: nullLogger,
+          registry: own,
+          unhealthy: () => undefined,
+          transport: TRANSPORTS[transport]?.factory,
+        }),
+      });
+    }
     informers.start();
     await informers.waitForSync();
-    await server.start();
+    for (const s of servers) await s.server.start();
+    const server = servers[0]?.server;
+    if (server === undefined) throw new Error('no server');
     const ca = cloudProviderClient(`127.0.0.1:${server.port}`);
     const total = groups * perGroup;
     const forNode = await timed(2000, (i) => {
@@ -1079,8 +1194,7 @@ export async function benchAutoscaler(): Promise<void> {
     ca.close();
     await compareLoops({
       cp,
-      registry,
-      port: server.port,
+      servers: servers.map((s) => ({ transport: s.transport, port: s.server.port, registry: s.registry })),
       version,
       groups,
       perGroup,
@@ -1089,7 +1203,7 @@ export async function benchAutoscaler(): Promise<void> {
       probes,
     });
   } finally {
-    await server?.stop();
+    for (const s of servers) await s.server.stop();
     await informers?.stop();
     client.close();
     await cp.stop();
