@@ -4,8 +4,9 @@
 // enforcement, the allowlist before the body), and its per-call machinery (interceptor chain,
 // metadata objects, several ticks between the request and the answer) made the autoscaler's loop
 // of ~17,000 calls 1.09x as long (docs/performance.md, "Transport choice"). Here a call is read
-// when its stream ends and answered in the same turn: headers, one message, trailers. One timer per call runs from its headers to its answer: its deadline, or the read
-// timeout until its request is complete.
+// when its stream ends and answered in the same turn: headers, one message, trailers. One timer
+// per call runs from its headers to its answer: its deadline, or the read timeout until its
+// request is complete.
 //
 // What the server does for its clients, as grpc-js did: requests compressed with gzip or deflate
 // are read; requests above the receive limit are refused; a call past its grpc-timeout answers
@@ -432,7 +433,7 @@ export class GrpcServer implements GrpcTransport {
     this.limits = { ...DEFAULT_GRPC_LIMITS, ...limits };
   }
 
-  /** Bytes held by unfinished requests now (for tests and metrics). */
+  /** What unfinished requests hold now, their open streams' cost included (for tests and metrics). */
   get pendingRequestBytes(): number {
     return this.pendingBytes;
   }
