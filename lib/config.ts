@@ -473,7 +473,7 @@ const flags: Record<string, { help: string; set: Setter; boolean?: true }> = {
     set: (c, v, n) => (c.grpcMaxConcurrentStreams = parseNumber(n, v, { min: 1, integer: true })),
   },
   'grpc-max-pending-request-bytes': {
-    help: 'bytes all gRPC requests not yet complete may hold together, each open stream counted as 8 KiB besides its bytes; a request that would go beyond is answered RESOURCE_EXHAUSTED, unless its connection holds less than its share (the cap over the connections, at most 64 KiB); each request is also capped at 4 MiB',
+    help: 'bytes all gRPC requests not yet complete may hold together, each open stream counted as 10 KiB besides its bytes; a request that would go beyond is answered RESOURCE_EXHAUSTED, unless its connection holds less than its share (the cap over the connections, at most 64 KiB); each request is also capped at 4 MiB',
     set: (c, v, n) =>
       (c.grpcMaxPendingRequestBytes = parseNumber(n, v, { min: 4 * 1024 * 1024 + 5, integer: true })),
   },

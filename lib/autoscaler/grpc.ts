@@ -27,6 +27,7 @@ import { gunzipSync, inflateSync } from 'node:zlib';
 
 import { status, type ServiceDefinition } from '@grpc/grpc-js';
 
+import { RequestBody } from './grpc-body.js';
 import type { GrpcTransport } from './transport.js';
 
 /** A call's outcome other than OK. */
@@ -46,13 +47,12 @@ const PING_WITHOUT_STREAM_MS = 2 * 3_600_000;
 const ACCEPT_ENCODING = 'identity,deflate,gzip';
 /**
  * What an open stream whose request is not complete costs the server besides the request's bytes
- * (node's stream objects, nghttp2's stream state, this server's timers): 10,000 such streams took
- * ~80 MiB. Counted against --grpc-max-pending-request-bytes, so that many small stalled requests
+ * (node's stream objects, nghttp2's stream state, this server's timers): on Node 26 a fresh manager
+ * holding 6,697 to 8,207 such streams open over 100 connections grew by 76 to 82 MiB, sessions
+ * included (`npm run bench grpc-flood`, its last row). Counted against --grpc-max-pending-request-bytes, so that many small stalled requests
  * are bounded as a few large ones are.
  */
-export const OPEN_REQUEST_COST = 8 * 1024;
-/** A received chunk smaller than this is copied before it is held (see GrpcServer.read). */
-const SMALL_CHUNK_BYTES = 4096;
+export const OPEN_REQUEST_COST = 10 * 1024;
 /**
  * Past --grpc-max-pending-request-bytes, what a connection may still hold: its share of the cap
  * (the cap over the open connections), at most this much: enough for a few small calls.
@@ -698,18 +698,21 @@ export class GrpcServer implements GrpcTransport {
       respondFailure(stream, this.exhausted());
       return;
     }
-    let body: Buffer | undefined;
-    let chunks: Buffer[] | undefined;
-    let size = 0;
-    /** What this request counts against the cap: its open stream and the bytes read so far. */
+    let body: RequestBody | undefined = new RequestBody(MAX_RECEIVE_BYTES);
+    /** What this request counts against the cap: its open stream and what its body keeps. */
     let held = OPEN_REQUEST_COST;
+    const hold = (bytes: number): boolean => {
+      if (!this.hold(conn, bytes)) return false;
+      held += bytes;
+      return true;
+    };
     /** Set once the request is complete, or refused: no more bytes are read or held. */
     let over = false;
     let call: Call | undefined;
     const release = (): void => {
       this.unhold(conn, held);
-      held = size = 0;
-      body = chunks = undefined;
+      held = 0;
+      body = undefined;
     };
     const refuse = (failure: GrpcFailure): void => {
       over = true;
@@ -729,8 +732,8 @@ export class GrpcServer implements GrpcTransport {
         });
     });
     stream.on('data', (chunk: Buffer) => {
-      if (over) return;
-      if (size + chunk.length > MAX_RECEIVE_BYTES + 5) {
+      if (over || body === undefined) return;
+      if (body.size + chunk.length > MAX_RECEIVE_BYTES + 5) {
         // Refused at once; what else arrives is dropped.
         refuse({
           code: status.RESOURCE_EXHAUSTED,
@@ -738,20 +741,7 @@ export class GrpcServer implements GrpcTransport {
         });
         return;
       }
-      if (!this.hold(conn, chunk.length)) {
-        refuse(this.exhausted());
-        return;
-      }
-      // Node hands a chunk as a view of the whole buffer its connection read (up to 64 KiB, with
-      // other streams' frames). A small chunk is copied (into node's shared pool), so that many
-      // requests that stall after a few bytes cannot keep a read buffer each alive while counting
-      // only their own bytes; a large one is most of its buffer and kept as it is (copying it
-      // would only double the garbage a flood of large requests makes).
-      const copy = chunk.length < SMALL_CHUNK_BYTES ? Buffer.from(chunk) : chunk;
-      held += copy.length;
-      size += copy.length;
-      if (body === undefined) body = copy;
-      else (chunks ??= [body]).push(copy);
+      if (!body.take(chunk, hold)) refuse(this.exhausted());
     });
     stream.once('close', () => {
       if (call !== undefined) {
@@ -767,7 +757,7 @@ export class GrpcServer implements GrpcTransport {
     stream.on('end', () => {
       if (over) return;
       over = true;
-      const whole = chunks !== undefined ? Buffer.concat(chunks, size) : body;
+      const whole = body?.bytes();
       release();
       if (deadline === Infinity) alarm.cancel();
       call = this.dispatch(
