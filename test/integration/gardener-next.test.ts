@@ -78,6 +78,11 @@ async function sample(
   return undefined;
 }
 
+/** The series' value once it exists (the observation follows the write a test waits for). */
+function counted(env: LifecycleEnv, metric: string, labels: Record<string, string>): Promise<number> {
+  return until(`${metric} recorded`, () => sample(env, metric, labels), 10_000);
+}
+
 describe('gardener MCM master’s additions (real kube-apiserver, the whole manager on the virtual cloud)', function () {
   this.timeout(240_000);
   let env: LifecycleEnv;
@@ -168,8 +173,10 @@ describe('gardener MCM master’s additions (real kube-apiserver, the whole mana
       instance_type: 'v-medium',
       zone: 'eu-virtual-b',
     };
+    // Each duration is observed once its status write has come back, so the metric can trail the
+    // Running phase a reader sees by a moment: wait for the series, then assert its count.
     for (const metric of ['create', 'initialize', 'join']) {
-      expect(await sample(env, `mcm_machine_${metric}_duration_seconds_count`, labels), metric).to.equal(1);
+      expect(await counted(env, `mcm_machine_${metric}_duration_seconds_count`, labels), metric).to.equal(1);
     }
     // Read after the join was counted (the annotation, when it was written, followed at once).
     const joined = await env.client.get<Machine>(MachineResource, m.metadata.name ?? '', NS);
@@ -181,9 +188,9 @@ describe('gardener MCM master’s additions (real kube-apiserver, the whole mana
         (await unlessNotFound(env.client.get(MachineResource, m.metadata.name ?? '', NS))) === undefined,
       60_000,
     );
-    expect(await sample(env, 'mcm_machine_delete_duration_seconds_count', labels), 'delete').to.equal(1);
+    expect(await counted(env, 'mcm_machine_delete_duration_seconds_count', labels), 'delete').to.equal(1);
     expect(
-      await sample(env, 'mcm_machine_drain_duration_seconds_count', {
+      await counted(env, 'mcm_machine_drain_duration_seconds_count', {
         namespace: NS,
         machine_deployment: name,
       }),
