@@ -454,7 +454,12 @@ describe('AWS instance health without a queue (real kube-apiserver and kwok; mot
         (await byName(waitingName))?.metadata.annotations?.['machine.mcm-ts.io/vm-failure'] === undefined,
       20_000,
     );
-    expect((await eventsOf(waitingName)).map((e) => e.reason)).to.include('InstanceRecovered');
+    // Events are written in the background: the recovery's may trail the annotation's removal.
+    await until(
+      `an InstanceRecovered event on ${waitingName}`,
+      async () => (await eventsOf(waitingName)).some((e) => e.reason === 'InstanceRecovered'),
+      10_000,
+    );
     // The failed one may go now: its drain is let through, and the fleet is whole again.
     await env.client.delete(CoreResources.podDisruptionBudgets, 'hold', { namespace: NS });
     const failedName = failed.metadata.name ?? '';

@@ -118,12 +118,20 @@ describe('drain of a deleted machine’s node (real kube-apiserver, kube-control
       'the unprotected pod is evicted',
       async () => (await unlessNotFound(env.client.get(CoreResources.pods, 'free-1', NS))) === undefined,
     );
-    const events = await env.client.list<CoreEvent>(CoreResources.events, {
-      namespace: NS,
-      fieldSelector: `involvedObject.name=${node}`,
-    });
-    expect(events.items.some((e) => e.reason === 'DrainBlocked' && (e.message ?? '').includes('default/web')))
-      .to.be.true;
+    // Events are written in the background: wait for the one of the blocked drain.
+    await until(
+      'a DrainBlocked event naming the budget',
+      async () => {
+        const events = await env.client.list<CoreEvent>(CoreResources.events, {
+          namespace: NS,
+          fieldSelector: `involvedObject.name=${node}`,
+        });
+        return events.items.some(
+          (e) => e.reason === 'DrainBlocked' && (e.message ?? '').includes('default/web'),
+        );
+      },
+      10_000,
+    );
     const metrics = await env.manager?.registry.getSingleMetricAsString('mcm_machine_drain_blocking_pods');
     expect(metrics).to.contain('pdb="default/web"');
     expect(await gone(env, node), 'still draining while the budget forbids').to.be.false;

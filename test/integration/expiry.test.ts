@@ -265,11 +265,17 @@ describe('expiry and disruption budgets (real kube-apiserver, the whole manager 
       30_000,
     );
     expect(c.message).to.include('no voluntary disruption');
-    const events = await env.client.list<CoreEvent>(CoreResources.events, { namespace: NS });
-    expect(
-      events.items.some((e) => e.reason === 'InvalidDisruptionSettings' && e.involvedObject.name === app),
+    // Events are written in the background: the Warning may trail the condition by a moment.
+    await until(
       'a Warning event on the deployment',
-    ).to.equal(true);
+      async () => {
+        const events = await env.client.list<CoreEvent>(CoreResources.events, { namespace: NS });
+        return events.items.some(
+          (e) => e.reason === 'InvalidDisruptionSettings' && e.involvedObject.name === app,
+        );
+      },
+      10_000,
+    );
     const ms = await env.machines(app);
     expect(ms.filter((m) => m.metadata.annotations?.[REPLACING] !== undefined)).to.deep.equal([]);
   });

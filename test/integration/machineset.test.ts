@@ -234,11 +234,14 @@ describe('MachineSet controller against a real kube-apiserver', function () {
       const frozenCond = got.status?.machineSetCondition?.some((c) => c.type === 'Frozen');
       return got.metadata.labels?.freeze === undefined && frozenCond !== true ? got : undefined;
     });
-    const events = await env.client.list<CoreEvent>(CoreResources.events, {
-      namespace: NS,
-      fieldSelector: 'involvedObject.name=overshoot',
+    // Events are written in the background: the one of the unfreeze may trail the status.
+    await until('an UnfrozeMachineSet event', async () => {
+      const events = await env.client.list<CoreEvent>(CoreResources.events, {
+        namespace: NS,
+        fieldSelector: 'involvedObject.name=overshoot',
+      });
+      return events.items.some((e) => e.reason === 'UnfrozeMachineSet');
     });
-    expect(events.items.map((e) => e.reason)).to.include('UnfrozeMachineSet');
   });
 
   it('writes changes of its machine counts at most about once a second, and the last counts land', async () => {
