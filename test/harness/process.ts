@@ -1,6 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { appendFileSync, closeSync, openSync, readFileSync, rmSync } from 'node:fs';
-import net from 'node:net';
 
 /**
  * Every child process started by the harness, so that they can be killed synchronously when the
@@ -186,25 +185,7 @@ export class ManagedProcess {
   }
 }
 
-/** A free TCP port on 127.0.0.1 (bind to 0 and release). */
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = net.createServer();
-    srv.unref();
-    srv.on('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const addr = srv.address();
-      if (addr === null || typeof addr === 'string') {
-        reject(new Error('no port'));
-        return;
-      }
-      const port = addr.port;
-      srv.close(() => {
-        resolve(port);
-      });
-    });
-  });
-}
+export { freePort } from './ports.js';
 
 /**
  * Polls check() until it returns true, failing early when the process dies. Start-up readiness is
