@@ -34,10 +34,15 @@ class SummaryReporter extends Mocha.reporters.Spec {
         const suite = process.env.MCM_TEST_SUITE || 'tests';
         // What the suite ran on: this process's Node.js, and the Kubernetes release of the control
         // planes it started (the test harness records it when it starts a kube-apiserver).
-        const platform = {
-          node: process.version,
-          kubernetes: process.env.MCM_CONTROL_PLANE_VERSION || undefined,
-        };
+        // In parallel mode the control planes start in worker processes, which leave the release
+        // in a file beside the results (test/harness/controlplane.ts).
+        const versionFile = `${file}.${suite}.kubernetes`;
+        let kubernetes = process.env.MCM_CONTROL_PLANE_VERSION || undefined;
+        if (fs.existsSync(versionFile)) {
+          kubernetes = kubernetes || fs.readFileSync(versionFile, 'utf8').trim() || undefined;
+          fs.rmSync(versionFile, { force: true });
+        }
+        const platform = { node: process.version, kubernetes };
         fs.appendFileSync(
           file,
           JSON.stringify({ suite, ...counts, ...platform, skippedTests, failedTests }) + '\n',

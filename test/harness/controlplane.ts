@@ -237,8 +237,14 @@ class HarnessControlPlane implements ControlPlane {
   async startApiServer(): Promise<void> {
     const api = this.apiServer;
     if (api === undefined) throw new Error('control plane not prepared');
-    // For the suite's summary line (test/summary-reporter.cjs): the release its control planes ran.
-    process.env.MCM_CONTROL_PLANE_VERSION = kubernetesVersion();
+    // For the suite's summary line (test/summary-reporter.cjs): the release its control planes ran,
+    // in this process's environment and, for a suite whose files run in worker processes (mocha's
+    // parallel mode), in a file beside the results that the reporter reads at the end.
+    const version = kubernetesVersion();
+    process.env.MCM_CONTROL_PLANE_VERSION = version;
+    const results = process.env.MCM_TEST_RESULTS;
+    if (results !== undefined && results !== '')
+      writeFileSync(`${results}.${process.env.MCM_TEST_SUITE ?? 'tests'}.kubernetes`, version);
     api.start();
     await waitUntil(
       'kube-apiserver',
