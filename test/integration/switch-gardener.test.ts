@@ -424,6 +424,9 @@ describe('switching a fleet from gardener’s MCM v0.62.1 + AWS machine-controll
       const added = ms.filter((m) => !old.includes(m.metadata.name ?? ''));
       expect(added, 'new machines').to.have.length(1);
       expect(added[0]?.spec?.providerID ?? '').to.match(/^aws:\/\/\/eu-west-1\/i-/);
+      // The instances of the 4 machines: one of them must go, and no other. (Instances terminated
+      // before, in gardener's phase, are not counted.)
+      const ofFour = new Set(ms.map((m) => instanceIdOf(m.spec?.providerID ?? '')));
       await env.scale(APP, 3);
       await settled(3);
       let seen = '';
@@ -432,7 +435,10 @@ describe('switching a fleet from gardener’s MCM v0.62.1 + AWS machine-controll
         seen = all
           .map((i) => `${i.InstanceId ?? ''} ${i.State?.Name ?? ''} Name=${tagOf(i, 'Name') ?? ''}`)
           .join('; ');
-        return all.filter((i) => i.State?.Name === 'terminated').length === 1;
+        const mine = all.filter((i) => ofFour.has(i.InstanceId ?? ''));
+        const others = all.filter((i) => !ofFour.has(i.InstanceId ?? '') && i.State?.Name !== 'terminated');
+        if (others.length > 0) expect.fail(`an instance started by the scale-down: ${seen}`);
+        return mine.length === 4 && mine.filter((i) => i.State?.Name === 'terminated').length === 1;
       }).catch((err: unknown) => {
         throw new Error(`${err instanceof Error ? err.message : String(err)} (instances: ${seen})`);
       });
